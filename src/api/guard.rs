@@ -1,0 +1,151 @@
+//! The guard: the very existence of a [`LockGuard`] means its thread was granted the lock.
+
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use super::shared::Shared;
+use crate::core::{self, Grant};
+use crate::error::{Error, Result};
+use crate::sys::thread;
+
+/// Proof of holding a [`FairLock`](crate::FairLock) or [`FairRLock`](crate::FairRLock).
+/// Dropping it releases the lock (or, for a nested re-entrant guard, one level of it).
+///
+/// It is not `Send`: the lock belongs to the thread that acquired it.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard<'a> {
+    shared: &'a Shared,
+    grant: Grant,
+    lease_ms: Option<u64>,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+/// The guard of a [`FairLock`](crate::FairLock).
+pub type FairLockGuard<'a> = LockGuard<'a>;
+/// The guard of a [`FairRLock`](crate::FairRLock).
+pub type FairRLockGuard<'a> = LockGuard<'a>;
+
+impl<'a> LockGuard<'a> {
+    pub(crate) fn new(shared: &'a Shared, grant: Grant, lease_ms: Option<u64>) -> Self {
+        LockGuard {
+            shared,
+            grant,
+            lease_ms,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The fencing token of this grant: it strictly increases with every grant of the lock
+    /// file, across processes and takeovers. Hand it to downstream resources and have them
+    /// reject a token smaller than the largest they have seen: that stops a holder that was
+    /// paused past its lease from writing after it lost the lock.
+    pub fn token(&self) -> u64 {
+        self.grant.token()
+    }
+
+    /// True if the previous holder did not release the lock: it died (killed, crashed, its
+    /// thread exited while holding) or its lease was taken over. The data the lock protects may
+    /// be half-written; check it, like a robust mutex's `EOWNERDEAD`.
+    pub fn owner_died(&self) -> bool {
+        self.grant.died
+    }
+
+    /// `Ok` while the lock is still ours.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] if it was taken over (lease expired) or revoked, or if this guard
+    /// was inherited through `fork` (the child does not own its parent's lock).
+    pub fn check(&self) -> Result<()> {
+        if !self.shared.is_current() {
+            return Err(Error::LockLost);
+        }
+        let st = self.shared.state();
+        core::check(&st, &self.shared.platform(), &self.grant, self.shared.participant)
+            .map_err(|_| Error::LockLost)
+    }
+
+    /// Renews the lease: it now ends `d` from now. Extension and takeover are decided by one
+    /// compare-and-swap, so they never both win. A lock opened without a lease gets one.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] if the lock was already taken over; [`Error::InvalidOption`] for a
+    /// zero duration.
+    pub fn extend(&self, d: Duration) -> Result<()> {
+        if d.is_zero() {
+            return Err(Error::InvalidOption {
+                what: "extend(0): a lease must be at least 1 ms".into(),
+            });
+        }
+        if !self.shared.is_current() {
+            return Err(Error::LockLost);
+        }
+        let ms = d.as_nanos().div_ceil(1_000_000).min(1 << 40) as u64;
+        let st = self.shared.state();
+        core::extend(
+            &st,
+            &self.shared.platform(),
+            &self.grant,
+            self.shared.participant,
+            ms,
+        )
+        .map_err(|_| Error::LockLost)
+    }
+
+    /// The lease this guard's handle asks for, if any.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease_ms.map(Duration::from_millis)
+    }
+
+    /// Releases the lock (one level, for a nested re-entrant guard) and reports whether it
+    /// was still ours.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] if it had been taken over or revoked: whatever was done under it
+    /// may have overlapped another holder.
+    pub fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.released, true) {
+            return Ok(());
+        }
+        let sh = self.shared;
+        if !sh.is_current() {
+            return Err(Error::LockLost); // inherited through fork: the parent's, not ours
+        }
+        let st = sh.state();
+        let p = sh.platform();
+        let key = Shared::owner_key(thread::current_tid(), self.grant.ticket);
+        // Relaxed: `owner`/`depth` are only written by the holding thread, which is us.
+        if sh.owner.load(Relaxed) == key {
+            let depth = sh.depth.load(Relaxed);
+            if depth > 1 {
+                sh.depth.store(depth - 1, Relaxed);
+                return core::check(&st, &p, &self.grant, sh.participant)
+                    .map_err(|_| Error::LockLost);
+            }
+            sh.depth.store(0, Relaxed);
+            sh.owner.store(0, Relaxed);
+        }
+        core::release(&st, &p, &self.grant, sh.participant).map_err(|_| Error::LockLost)
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+impl std::fmt::Debug for LockGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("token", &self.token())
+            .field("owner_died", &self.owner_died())
+            .finish()
+    }
+}

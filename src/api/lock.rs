@@ -1,0 +1,229 @@
+//! [`FairLock`]: the strictly FIFO, cross-process lock.
+
+use std::path::Path;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::guard::LockGuard;
+use super::options::OpenOptions;
+use super::shared::Shared;
+use crate::core::{self, Grant, Me, Tuning, WaitError};
+use crate::error::{Error, Result};
+use crate::file::CreateOptions;
+use crate::sys::{clock, thread};
+
+/// A strictly fair (first come, first served) lock shared by threads and processes through a
+/// memory-mapped lock file.
+///
+/// * Waiters are granted in the order they arrived, across threads and processes;
+///   [`FairLock::try_lock`] never jumps the queue.
+/// * Uncontended `lock` + `unlock` is a handful of atomic operations and no system call; a
+///   hand-off wakes exactly the next waiter.
+/// * A holder or waiter that dies never blocks the others: the next waiter takes over and
+///   learns it through [`LockGuard::owner_died`].
+/// * Every grant carries a fencing [`token`](LockGuard::token) that strictly increases.
+///
+/// `FairLock` is `Send + Sync`: share one handle between threads (for example in an `Arc`).
+/// Handles opened on the same file in one process share one mapping and one identity.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("fairlock-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let lock = fairlock::FairLock::open(dir.join("example.lock"))?;
+/// {
+///     let guard = lock.lock()?;
+///     println!("holding with token {}", guard.token());
+/// } // released here
+/// assert!(lock.try_lock().is_ok());
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct FairLock {
+    /// The view of the current process: one of `views`, replaced after a `fork`.
+    current: AtomicPtr<Shared>,
+    /// Every view this handle has used; keeps `current` alive.
+    views: Mutex<Vec<Arc<Shared>>>,
+    lease_ms: Option<u64>,
+    tuning: Tuning,
+    create: CreateOptions,
+}
+
+// `current` always points into an `Arc` held by `views`; `Shared` is Send + Sync.
+// SAFETY (for the two impls below): all fields are Send + Sync except the raw pointer, which
+// is only ever dereferenced as `&Shared` while the pointee is kept alive by `views`.
+unsafe impl Send for FairLock {}
+// SAFETY: see above.
+unsafe impl Sync for FairLock {}
+
+impl std::fmt::Debug for FairLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairLock")
+            .field("path", &self.path())
+            .field("lease_ms", &self.lease_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FairLock {
+    /// Opens the lock file at `path`, creating it (mode `0600`) if needed.
+    ///
+    /// # Errors
+    /// See [`OpenOptions::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<FairLock> {
+        OpenOptions::default().open(path)
+    }
+
+    /// A builder for opening with a lease, a file mode, and other options.
+    pub fn options() -> OpenOptions {
+        OpenOptions::default()
+    }
+
+    pub(crate) fn with_options(path: &Path, o: &OpenOptions) -> Result<FairLock> {
+        let shared = Shared::open(path, o.create_options())?;
+        let current = AtomicPtr::new(Arc::as_ptr(&shared).cast_mut());
+        Ok(FairLock {
+            current,
+            views: Mutex::new(vec![shared]),
+            lease_ms: o.lease_ms(),
+            tuning: o.tuning(),
+            create: *o.create_options(),
+        })
+    }
+
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        // SAFETY: `current` points into an Arc kept alive by `views` for as long as `self`.
+        let sh = unsafe { &*self.current.load(Acquire) };
+        &sh.path
+    }
+
+    /// This process's view of the file; after a `fork`, the child opens its own (new
+    /// participant, new beacon) so it never acts under its parent's identity.
+    #[inline]
+    pub(crate) fn shared(&self) -> Result<&Shared> {
+        // Acquire: pairs with the Release store below, so the new view is fully built.
+        let p = self.current.load(Acquire);
+        // SAFETY: `p` points into an Arc kept alive by `views` for as long as `self`.
+        let sh = unsafe { &*p };
+        if sh.is_current() {
+            return Ok(sh);
+        }
+        self.reopen_after_fork()
+    }
+
+    #[cold]
+    fn reopen_after_fork(&self) -> Result<&Shared> {
+        let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = views.iter().find(|v| v.is_current()) {
+            let p = Arc::as_ptr(v).cast_mut();
+            self.current.store(p, Release);
+            // SAFETY: the Arc stays in `views` for as long as `self`.
+            return Ok(unsafe { &*p });
+        }
+        let path = views.last().map(|v| v.path.clone()).unwrap_or_default();
+        let fresh = Shared::open(&path, &self.create)?;
+        let p = Arc::as_ptr(&fresh).cast_mut();
+        views.push(fresh);
+        self.current.store(p, Release);
+        // SAFETY: the Arc was just pushed into `views`, which lives as long as `self`.
+        Ok(unsafe { &*p })
+    }
+
+    /// Waits in line for the lock.
+    ///
+    /// # Errors
+    /// [`Error::WouldDeadlock`] if this thread already holds it, [`Error::Corrupt`] if the
+    /// shared state is damaged.
+    pub fn lock(&self) -> Result<LockGuard<'_>> {
+        self.acquire(None, false)
+    }
+
+    /// Takes the lock only if it is free *and nobody is waiting*: it never jumps the queue.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] if it is held or has waiters; as [`FairLock::lock`] otherwise.
+    pub fn try_lock(&self) -> Result<LockGuard<'_>> {
+        self.try_acquire(false)
+    }
+
+    /// Waits in line for at most `timeout`. A waiter that times out gives up its ticket, so
+    /// nobody behind it waits for it; if the grant races the timeout, the grant wins.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; otherwise as [`FairLock::lock`].
+    pub fn lock_timeout(&self, timeout: Duration) -> Result<LockGuard<'_>> {
+        let ns = timeout.as_nanos().min(u128::from(u64::MAX / 2)) as u64;
+        self.acquire(Some(clock::monotonic_ns().saturating_add(ns)), false)
+    }
+
+    pub(crate) fn try_acquire(&self, reentrant: bool) -> Result<LockGuard<'_>> {
+        let sh = self.shared()?;
+        let tid = thread::current_tid();
+        if sh.holder_tid() == tid {
+            return self.reenter(sh, reentrant);
+        }
+        let me = self.me(sh, tid);
+        match core::try_lock(&sh.state(), &sh.platform(), &me).map_err(|e| wait_error(sh, e))? {
+            Some(g) => Ok(self.held(sh, tid, g)),
+            None => Err(Error::WouldBlock),
+        }
+    }
+
+    fn reenter<'a>(&'a self, sh: &'a Shared, reentrant: bool) -> Result<LockGuard<'a>> {
+        if !reentrant {
+            return Err(Error::WouldDeadlock);
+        }
+        // Relaxed: only the holding thread (us) reads or writes these.
+        sh.depth.fetch_add(1, Relaxed);
+        let grant = Grant {
+            ticket: sh.ticket.load(Relaxed),
+            died: sh.died.load(Relaxed) != 0,
+        };
+        Ok(LockGuard::new(sh, grant, self.lease_ms))
+    }
+
+    pub(crate) fn acquire(&self, deadline: Option<u64>, reentrant: bool) -> Result<LockGuard<'_>> {
+        let sh = self.shared()?;
+        let tid = thread::current_tid();
+        if sh.holder_tid() == tid {
+            return self.reenter(sh, reentrant);
+        }
+        let me = self.me(sh, tid);
+        let g = core::lock(&sh.state(), &sh.platform(), &me, deadline, &self.tuning)
+            .map_err(|e| wait_error(sh, e))?;
+        Ok(self.held(sh, tid, g))
+    }
+
+    fn me(&self, sh: &Shared, tid: u32) -> Me {
+        Me {
+            participant: sh.participant,
+            tid,
+            lease_ms: self.lease_ms,
+        }
+    }
+
+    fn held<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
+        // Relaxed: these are read back only by this thread (see `Shared::owner`).
+        sh.ticket.store(g.ticket, Relaxed);
+        sh.died.store(u32::from(g.died), Relaxed);
+        sh.depth.store(1, Relaxed);
+        sh.owner.store(Shared::owner_key(tid, g.ticket), Relaxed);
+        LockGuard::new(sh, g, self.lease_ms)
+    }
+}
+
+fn wait_error(sh: &Shared, e: WaitError) -> Error {
+    match e {
+        WaitError::Timeout => Error::Timeout,
+        WaitError::Corrupt(what) => Error::corrupt(&sh.path, what),
+    }
+}
+
+impl Drop for FairLock {
+    fn drop(&mut self) {
+        // Make sure no stale pointer survives the views (not observable, but tidy).
+        self.current.store(ptr::null_mut(), Relaxed);
+    }
+}

@@ -1,0 +1,137 @@
+//! The builder behind [`FairLock::options`](crate::FairLock::options).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::core::Tuning;
+use crate::error::{Error, Result};
+use crate::file::CreateOptions;
+use crate::{FairLock, FairRLock};
+
+/// Default number of waiting-array slots of a new file: more concurrent waiters than this
+/// still work, but the extra ones poll for their slot.
+pub const DEFAULT_SLOTS: u32 = 256;
+/// Default number of participant entries (processes that can have the file open at once).
+pub const DEFAULT_PARTICIPANTS: u32 = 1024;
+/// The longest lease (2^41 ms, about 69 years) the file format can express.
+const MAX_LEASE_MS: u64 = (1 << 41) - 2;
+
+/// Options for opening a lock file. Created by [`FairLock::options`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let lock = fairlock::FairLock::options()
+///     .lease(Duration::from_secs(30))
+///     .mode(0o660)
+///     .open("/run/myapp/jobs.lock")?;
+/// # Ok::<(), fairlock::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    lease: Option<Duration>,
+    create: CreateOptions,
+    tuning: Tuning,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            lease: None,
+            create: CreateOptions {
+                create: true,
+                mode: 0o600,
+                slots: DEFAULT_SLOTS,
+                participants: DEFAULT_PARTICIPANTS,
+            },
+            tuning: Tuning::default(),
+        }
+    }
+}
+
+impl OpenOptions {
+    /// Every grant made through this handle carries a lease of `d`: once it runs out, the next
+    /// waiter may take the lock over, and the old holder's `check`, `extend` and `unlock`
+    /// return [`Error::LockLost`]. Without a lease (the default) a lock is held until it is
+    /// released or its holder dies.
+    pub fn lease(&mut self, d: Duration) -> &mut Self {
+        self.lease = Some(d);
+        self
+    }
+
+    /// Permission bits of a newly created file (default `0o600`), before the umask.
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.create.mode = mode;
+        self
+    }
+
+    /// Whether to create the file if it does not exist (default `true`).
+    pub fn create(&mut self, create: bool) -> &mut Self {
+        self.create.create = create;
+        self
+    }
+
+    /// Waiting-array slots of a newly created file: a power of two in `2..=2^20` (default 256).
+    /// An existing file keeps its own.
+    pub fn slots(&mut self, n: u32) -> &mut Self {
+        self.create.slots = n;
+        self
+    }
+
+    /// Participant entries of a newly created file, `1..=4096` (default 1024). An existing
+    /// file keeps its own.
+    pub fn participants(&mut self, n: u32) -> &mut Self {
+        self.create.participants = n;
+        self
+    }
+
+    /// How long the next-in-line waiter spins before it parks (default 50 µs).
+    pub fn spin(&mut self, d: Duration) -> &mut Self {
+        self.tuning.spin_ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self
+    }
+
+    /// Opens (by default creating) the lock file at `path`.
+    ///
+    /// # Errors
+    /// [`Error::NotALockFile`] for a non-empty file that is not a fairlock file (left
+    /// untouched), [`Error::Corrupt`] / [`Error::Incompatible`] for a damaged or newer-format
+    /// file, [`Error::InvalidPath`] for a symlink, directory or device,
+    /// [`Error::InvalidOption`] for an out-of-range option, [`Error::Io`] otherwise.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<FairLock> {
+        self.check()?;
+        FairLock::with_options(path.as_ref(), self)
+    }
+
+    /// Like [`OpenOptions::open`], for a re-entrant [`FairRLock`].
+    ///
+    /// # Errors
+    /// As [`OpenOptions::open`].
+    pub fn open_rlock(&self, path: impl AsRef<Path>) -> Result<FairRLock> {
+        Ok(FairRLock::from(self.open(path)?))
+    }
+
+    fn check(&self) -> Result<()> {
+        if let Some(d) = self.lease {
+            if d.is_zero() || d.as_millis() > u128::from(MAX_LEASE_MS) {
+                return Err(Error::InvalidOption {
+                    what: format!("lease {d:?}: must be at least 1 ms and at most 2^41 ms"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn create_options(&self) -> &CreateOptions {
+        &self.create
+    }
+
+    pub(crate) fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+
+    /// The lease in whole milliseconds (rounded up), if any.
+    pub(crate) fn lease_ms(&self) -> Option<u64> {
+        self.lease
+            .map(|d| (d.as_nanos().div_ceil(1_000_000)).min(u128::from(MAX_LEASE_MS)) as u64)
+    }
+}

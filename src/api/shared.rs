@@ -1,0 +1,170 @@
+//! One open lock file per process: the mapping, our participant entry and beacon, and which of
+//! our threads holds the lock. Every handle to the same file (same device and inode) in a
+//! process shares it, so re-entrancy and `WouldDeadlock` are per (process, thread), and a
+//! process has one beacon per file.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::core::layout::Participant;
+use crate::core::{self, LockState, State, Word};
+use crate::error::{Error, Result};
+use crate::file::{CreateOptions, Mapping, open_lock_file};
+use crate::sys::platform::SysPlatform;
+use crate::sys::{ofd, thread};
+
+/// A process's view of one lock file.
+pub(crate) struct Shared {
+    pub(crate) path: PathBuf,
+    file: File,
+    mapping: Mapping,
+    /// Our participant index.
+    pub(crate) participant: u32,
+    id: (u64, u64),
+    /// The fork generation this was opened in; a forked child opens its own.
+    pub(crate) fork_generation: u64,
+    /// `tid << 32 | (ticket as u32)` of our thread holding the lock, 0 if none.
+    pub(crate) owner: AtomicU64,
+    /// The held ticket (valid while `owner` names the calling thread).
+    pub(crate) ticket: AtomicU64,
+    /// Whether the held grant carried the died flag.
+    pub(crate) died: AtomicU32,
+    /// Re-entrancy depth of the holding thread.
+    pub(crate) depth: AtomicU32,
+}
+
+static OPEN_FILES: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+impl Shared {
+    /// Opens `path` (or joins this process's existing view of the same file).
+    pub(crate) fn open(path: &Path, o: &CreateOptions) -> Result<Arc<Shared>> {
+        thread::install_fork_handler();
+        let opened = open_lock_file(path, o)?;
+        let fork_generation = thread::fork_generation();
+        let mut open_files = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
+        open_files.retain(|w| w.strong_count() > 0);
+        if let Some(existing) = open_files
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|s| s.id == opened.id && s.fork_generation == fork_generation)
+        {
+            return Ok(existing); // our extra descriptor closes here; it holds no beacon
+        }
+        let participant = register(&opened.file, &opened.mapping, path)?;
+        let shared = Arc::new(Shared {
+            path: path.to_path_buf(),
+            file: opened.file,
+            mapping: opened.mapping,
+            participant,
+            id: opened.id,
+            fork_generation,
+            owner: AtomicU64::new(0),
+            ticket: AtomicU64::new(0),
+            died: AtomicU32::new(0),
+            depth: AtomicU32::new(0),
+        });
+        shared.clean_up_predecessor();
+        open_files.push(Arc::downgrade(&shared));
+        Ok(shared)
+    }
+
+    /// The shared state.
+    #[inline]
+    pub(crate) fn state(&self) -> LockState<'_> {
+        self.mapping.state()
+    }
+
+    /// The platform, as seen through our file.
+    #[inline]
+    pub(crate) fn platform(&self) -> SysPlatform<'_> {
+        SysPlatform {
+            file: &self.file,
+            me: self.participant,
+            participants: self.mapping.geometry().participants,
+        }
+    }
+
+    /// Whether this view belongs to the current process (not inherited through `fork`).
+    #[inline]
+    pub(crate) fn is_current(&self) -> bool {
+        self.fork_generation == thread::fork_generation()
+    }
+
+    /// Our participant entry was last used by a process that died (the kernel dropped its
+    /// beacon, which is how we could claim it). Whatever it still held or waited for is
+    /// revoked or skipped now, before we publish anything under the same index.
+    fn clean_up_predecessor(&self) {
+        let st = self.state();
+        let p = self.platform();
+        for i in 0..st.slot_count() {
+            let slot = st.slot(i);
+            // Acquire: see `core::advance`.
+            let w = Word(slot.word.load(std::sync::atomic::Ordering::Acquire));
+            if w.participant() != self.participant {
+                continue;
+            }
+            let to = match w.state() {
+                Some(State::Held) => State::Revoked,
+                Some(State::Waiting | State::Sleeping | State::Granted) => State::Skipped,
+                _ => continue,
+            };
+            let _ = slot.word.compare_exchange(
+                w.0,
+                w.with_state(to).0,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        core::advance(&st, &p, st.header().head.load(Relaxed), false);
+    }
+}
+
+/// Claims a free participant entry: the first whose beacon we can lock, starting at a spot
+/// derived from our pid so that concurrent openers rarely collide.
+fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<u32> {
+    let n = mapping.geometry().participants;
+    let pid = std::process::id();
+    let start = pid % n;
+    for k in 0..n {
+        let i = (start + k) % n;
+        if ofd::try_claim(file.as_fd(), i).map_err(|e| Error::io(path, "claim beacon", e))? {
+            let st = mapping.state();
+            if let Some(entry) = st.participant(i) {
+                note_claim(entry, pid);
+            }
+            return Ok(i);
+        }
+    }
+    Err(Error::TooManyParticipants {
+        path: path.to_path_buf(),
+        capacity: n,
+    })
+}
+
+fn note_claim(entry: &Participant, pid: u32) {
+    // Informational (status output); Relaxed.
+    entry.generation.fetch_add(1, Relaxed);
+    entry.pid.store(pid, Relaxed);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    entry.claimed_at.store(secs, Relaxed);
+}
+
+impl Shared {
+    /// The key stored in `owner` for thread `tid` holding ticket `t`.
+    #[inline]
+    pub(crate) fn owner_key(tid: u32, t: u64) -> u64 {
+        (u64::from(tid) << 32) | (t & 0xFFFF_FFFF)
+    }
+
+    /// The thread id of our thread holding the lock, 0 if none.
+    #[inline]
+    pub(crate) fn holder_tid(&self) -> u32 {
+        // Relaxed: a thread only ever finds its own id here if it stored it itself.
+        (self.owner.load(Relaxed) >> 32) as u32
+    }
+}

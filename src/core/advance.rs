@@ -1,0 +1,121 @@
+//! `advance`: passes the lock on. Shared by release, timeout clean-up and recovery;
+//! idempotent, and anyone may run it at any time.
+
+use super::layout::{LockState, Slot};
+use super::platform::Platform;
+use super::word::{LapRelation, State, Word, relate};
+use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
+
+/// Walks forward from ticket `from` over final tickets and grants the first one that is not:
+///
+/// * a published waiter (`Waiting`/`Sleeping`) becomes `Granted`, and is woken if it sleeps;
+/// * a ticket nobody has published yet (its slot still shows the previous lap, final) becomes
+///   `Ready`: its taker will claim it without waiting (this is what makes the uncontended path
+///   free of system calls);
+/// * a ticket already `Ready`, `Granted` or `Held` means someone else advanced: stop.
+///
+/// Tickets before `from` must all be final. `died` says the ticket before `from` was not
+/// released normally; it is carried over `Revoked` tickets (and skipped grants that carried
+/// it) and cleared by `Done`, and ends up in the granted word so the next holder learns it.
+pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool) {
+    let mut h = from;
+    // Bound the walk so that a corrupt `next_ticket` or slot cannot keep us here forever: a
+    // consistent file never has more than `next_ticket - from` final tickets in a row.
+    let span = st
+        .header()
+        .next_ticket
+        .load(Relaxed)
+        .wrapping_sub(from)
+        .min(1 << 40);
+    let mut steps: u64 = 0;
+    loop {
+        if steps > span + st.slot_count() {
+            return;
+        }
+        let slot = st.slot(h);
+        let lap = st.lap(h);
+        // Acquire: pairs with the Release CAS that made this word final (a release, abandon,
+        // skip or revoke), so the grant we make below carries the previous critical section.
+        let w = Word(slot.word.load(Acquire));
+        let Some(state) = w.state() else { return };
+        match relate(w.lap(), lap) {
+            LapRelation::Same => match state {
+                State::Done => {
+                    died = false;
+                    h = h.wrapping_add(1);
+                    steps += 1;
+                }
+                State::Abandoned => {
+                    h = h.wrapping_add(1);
+                    steps += 1;
+                }
+                State::Skipped | State::Revoked => {
+                    died |= state == State::Revoked || w.died();
+                    h = h.wrapping_add(1);
+                    steps += 1;
+                }
+                State::Waiting | State::Sleeping => {
+                    let granted = Word::new(lap, w.participant(), State::Granted, died);
+                    if cas(slot, w, granted) {
+                        if state == State::Sleeping {
+                            p.wake(&slot.word);
+                        }
+                        st.header().head.store(h, Relaxed);
+                        wake_successor(st, p, h.wrapping_add(1));
+                        return;
+                    }
+                }
+                State::Ready | State::Granted | State::Held => return,
+            },
+            LapRelation::Previous if state.is_final() => {
+                let ready = Word::new(lap, 0, State::Ready, died);
+                if cas(slot, w, ready) {
+                    st.header().head.store(h, Relaxed);
+                    return;
+                }
+            }
+            // Final tickets whose slot a later lap already reuses.
+            LapRelation::Later => {
+                h = h.wrapping_add(1);
+                steps += 1;
+            }
+            // The previous lap still uses the slot although every ticket before `h` is final,
+            // or the slot is laps behind: only a corrupt file does that. Leave it.
+            LapRelation::Previous | LapRelation::Behind => return,
+        }
+    }
+}
+
+/// The grant CAS. `AcqRel`: release publishes the critical section we acquired from the
+/// previous word to whoever reads the new word; acquire keeps the chain when a helper grants.
+#[inline]
+pub(crate) fn cas(slot: &Slot, from: Word, to: Word) -> bool {
+    slot.word
+        .compare_exchange(from.0, to.0, AcqRel, Acquire)
+        .is_ok()
+}
+
+/// Nudges the first waiter behind a fresh grant so it starts spinning before the lock comes
+/// free (the early wake of TWA): `Sleeping → Waiting` and a futex wake. Looks past a few final
+/// tickets at most.
+fn wake_successor<P: Platform>(st: &LockState<'_>, p: &P, from: u64) {
+    for k in 0..4u64 {
+        let t = from.wrapping_add(k);
+        let slot = st.slot(t);
+        // Relaxed: this only decides whether to wake; the woken waiter re-reads with Acquire.
+        let w = Word(slot.word.load(Relaxed));
+        if relate(w.lap(), st.lap(t)) != LapRelation::Same {
+            return;
+        }
+        match w.state() {
+            Some(State::Sleeping) => {
+                if cas(slot, w, w.with_state(State::Waiting)) {
+                    p.wake(&slot.word);
+                }
+                return;
+            }
+            Some(s) if s.is_final() => continue,
+            _ => return,
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! What the holder does with its grant: release it, check it, extend its lease.
+
+use super::advance::{advance, cas};
+use super::layout::{LockState, Slot};
+use super::lease::Lease;
+use super::platform::Platform;
+use super::word::{LapRelation, State, Word, relate};
+use super::{Grant, Lost};
+use crate::primitive::Ordering::{AcqRel, Acquire, Release};
+
+/// Our slot word if ticket `t` is still held by participant `participant`.
+#[inline]
+fn held_word<'a>(st: &LockState<'a>, t: u64, participant: u32) -> Option<(&'a Slot, Word)> {
+    let slot = st.slot(t);
+    // Acquire: if a takeover changed the word, we also see its lease write.
+    let w = Word(slot.word.load(Acquire));
+    let ours = relate(w.lap(), st.lap(t)) == LapRelation::Same
+        && w.state() == Some(State::Held)
+        && w.participant() == participant;
+    ours.then_some((slot, w))
+}
+
+/// Releases the grant and passes the lock on. `Err(Lost)` if it was no longer ours (taken
+/// over); the queue is then moved on anyway.
+pub fn release<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    g: &Grant,
+    participant: u32,
+) -> Result<(), Lost> {
+    let t = g.ticket;
+    let Some((slot, w)) = held_word(st, t, participant) else {
+        advance(st, p, t, false);
+        return Err(Lost);
+    };
+    if Lease::decode(slot.lease.load(Acquire), st.lap(t)) == Lease::Revoked {
+        // A takeover revoked the lease and has yet to revoke the word: finish it for them.
+        finish_revocation(st, p, t);
+        return Err(Lost);
+    }
+    // Release: publishes our critical section to the Acquire load of whoever advances next.
+    // On failure a revocation won the race; follow it.
+    if slot
+        .word
+        .compare_exchange(w.0, w.with_state(State::Done).0, Release, Acquire)
+        .is_err()
+    {
+        advance(st, p, t, false);
+        return Err(Lost);
+    }
+    advance(st, p, t.wrapping_add(1), false);
+    Ok(())
+}
+
+/// `Ok` while ticket `g` is still held by us and its lease was not revoked.
+pub fn check<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    g: &Grant,
+    participant: u32,
+) -> Result<(), Lost> {
+    let Some((slot, _)) = held_word(st, g.ticket, participant) else {
+        return Err(Lost);
+    };
+    if Lease::decode(slot.lease.load(Acquire), st.lap(g.ticket)) == Lease::Revoked {
+        finish_revocation(st, p, g.ticket);
+        return Err(Lost);
+    }
+    Ok(())
+}
+
+/// Sets the lease of our grant to end `ms` milliseconds from now. Decided against a takeover
+/// by one CAS on the lease field: if the takeover's CAS came first we get `Err(Lost)`, else
+/// the takeover's fails and it sees the new deadline.
+pub fn extend<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    g: &Grant,
+    participant: u32,
+    ms: u64,
+) -> Result<(), Lost> {
+    let t = g.ticket;
+    let lap = st.lap(t);
+    let Some((slot, _)) = held_word(st, t, participant) else {
+        return Err(Lost);
+    };
+    let new = Lease::Until(p.now_ns() / 1_000_000 + ms).encode(lap);
+    let mut cur = slot.lease.load(Acquire);
+    loop {
+        if Lease::decode(cur, lap) == Lease::Revoked {
+            finish_revocation(st, p, t);
+            return Err(Lost);
+        }
+        // AcqRel: the takeover CASes the same field; exactly one of us wins.
+        match slot.lease.compare_exchange(cur, new, AcqRel, Acquire) {
+            Ok(_) => break,
+            Err(now) => cur = now,
+        }
+    }
+    // The word can only have left `Held` through a revocation, which starts on this field
+    // (lease takeover) or judges us dead (impossible while we run).
+    held_word(st, t, participant).map(|_| ()).ok_or(Lost)
+}
+
+/// The holder gives the lock up without having released it normally (its thread exited while
+/// holding): the word becomes `Revoked`, and the next holder is told the owner died.
+pub fn revoke_own<P: Platform>(st: &LockState<'_>, p: &P, g: &Grant, participant: u32) {
+    if let Some((slot, w)) = held_word(st, g.ticket, participant) {
+        cas(slot, w, w.with_state(State::Revoked));
+    }
+    advance(st, p, g.ticket, false);
+}
+
+/// Someone revoked ticket `t`'s lease: make sure its word says `Revoked` too and move on.
+pub(crate) fn finish_revocation<P: Platform>(st: &LockState<'_>, p: &P, t: u64) {
+    let slot = st.slot(t);
+    let lap = st.lap(t);
+    // Acquire: see `advance`.
+    let w = Word(slot.word.load(Acquire));
+    if relate(w.lap(), lap) == LapRelation::Same
+        && w.state() == Some(State::Held)
+        && Lease::decode(slot.lease.load(Acquire), lap) == Lease::Revoked
+    {
+        cas(slot, w, w.with_state(State::Revoked));
+    }
+    advance(st, p, t, false);
+}

@@ -1,0 +1,325 @@
+//! The shared state's fixed layout: `#[repr(C)]` structs made only of atomics, so that any bit
+//! pattern another process writes is a valid value and no access is a data race.
+//!
+//! ```text
+//! offset 0                 Header        (192 bytes: constants, then next_ticket and head on
+//!                                         cache lines of their own)
+//! offset 192               Participant × P   (32 bytes each)
+//! offset slots_offset      Slot × N          (64 bytes each, one cache line, 64-aligned)
+//! ```
+//!
+//! `docs/FILE_FORMAT.md` is the contract; the assertions at the bottom keep the two in step.
+
+use crate::primitive::{AtomicU32, AtomicU64};
+
+/// `b"FAIRLOCK"` read as a little-endian `u64`: the last thing written when a file is created.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRLOCK");
+/// Written first while a file is being initialised; a file left with it was abandoned by a
+/// creator that died and may be initialised again.
+pub const MAGIC_PENDING: u64 = u64::from_le_bytes(*b"FAIRLOC?");
+/// The file-format version this crate reads and writes.
+pub const VERSION: u32 = 1;
+
+/// The file header. Fields above `next_ticket` are written once, at initialisation.
+#[repr(C)]
+pub struct Header {
+    /// [`MAGIC`] once initialised.
+    pub magic: AtomicU64,
+    /// [`VERSION`].
+    pub version: AtomicU32,
+    /// `size_of::<Header>()`.
+    pub header_size: AtomicU32,
+    /// Total size of the file in bytes.
+    pub file_size: AtomicU64,
+    /// Number of waiting-array slots `N` (a power of two).
+    pub slot_count: AtomicU32,
+    /// Number of participant entries `P`.
+    pub participant_count: AtomicU32,
+    /// Byte offset of the participant table.
+    pub participants_offset: AtomicU32,
+    /// Byte offset of the slot array (a multiple of 64).
+    pub slots_offset: AtomicU32,
+    /// Reserved flags, zero.
+    pub flags: AtomicU32,
+    /// Reserved, zero.
+    pub reserved0: AtomicU32,
+    /// The kernel boot id (`/proc/sys/kernel/random/boot_id`) of the boot that initialised the
+    /// file; a file from another boot is re-initialised (tickets kept, so tokens keep rising).
+    pub boot_id: [AtomicU64; 2],
+    /// The next ticket to hand out; taken with one `fetch_add`.
+    pub next_ticket: AtomicU64,
+    /// Reserved: pads `next_ticket` to its own cache line.
+    pub pad1: [AtomicU64; 7],
+    /// A hint: every ticket below `head` is final. Written when a ticket is granted.
+    pub head: AtomicU64,
+    /// Reserved: pads `head` to its own cache line.
+    pub pad2: [AtomicU64; 7],
+}
+
+/// One process taking part in the lock. Entry `i` belongs to whichever process holds an OFD
+/// write lock on byte `BEACON_BASE + i` of the file; the kernel drops that lock when the process
+/// dies, which is how others learn it died.
+#[repr(C)]
+pub struct Participant {
+    /// Bumped each time a process claims the entry.
+    pub generation: AtomicU64,
+    /// The claiming process's pid, in its own pid namespace (informational).
+    pub pid: AtomicU32,
+    /// Reserved, zero.
+    pub reserved0: AtomicU32,
+    /// Wall-clock seconds when the entry was claimed (informational).
+    pub claimed_at: AtomicU64,
+    /// Reserved, zero.
+    pub reserved1: AtomicU64,
+}
+
+/// One waiting-array slot, used by tickets `t ≡ i (mod N)` one lap after another.
+#[repr(C)]
+pub struct Slot {
+    /// The slot word, see [`crate::core::word`]. Every decision is a CAS on it.
+    pub word: AtomicU64,
+    /// Lease of the ticket using the slot, see [`crate::core::lease`].
+    pub lease: AtomicU64,
+    /// `ticket + 1` of the ticket whose `tid` and `since` follow (informational, for status).
+    pub stamp: AtomicU64,
+    /// `CLOCK_MONOTONIC_COARSE` nanoseconds when the stamp's ticket was published or claimed.
+    pub since: AtomicU64,
+    /// Kernel thread id of the ticket's owner (informational).
+    pub tid: AtomicU32,
+    /// Re-entrancy depth of the holder (informational; `FairRLock` keeps the real count).
+    pub depth: AtomicU32,
+    /// Reserved, zero.
+    pub reserved: [AtomicU64; 3],
+}
+
+/// Size of the header in bytes.
+pub const HEADER_SIZE: usize = 192;
+/// Size of a participant entry in bytes.
+pub const PARTICIPANT_SIZE: usize = 32;
+/// Size of a slot in bytes.
+pub const SLOT_SIZE: usize = 64;
+
+#[cfg(not(loom))]
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<Header>() == HEADER_SIZE);
+    assert!(offset_of!(Header, magic) == 0);
+    assert!(offset_of!(Header, version) == 8);
+    assert!(offset_of!(Header, header_size) == 12);
+    assert!(offset_of!(Header, file_size) == 16);
+    assert!(offset_of!(Header, slot_count) == 24);
+    assert!(offset_of!(Header, participant_count) == 28);
+    assert!(offset_of!(Header, participants_offset) == 32);
+    assert!(offset_of!(Header, slots_offset) == 36);
+    assert!(offset_of!(Header, boot_id) == 48);
+    assert!(offset_of!(Header, next_ticket) == 64);
+    assert!(offset_of!(Header, head) == 128);
+    assert!(size_of::<Participant>() == PARTICIPANT_SIZE);
+    assert!(offset_of!(Participant, pid) == 8);
+    assert!(size_of::<Slot>() == SLOT_SIZE);
+    assert!(offset_of!(Slot, word) == 0);
+    assert!(offset_of!(Slot, lease) == 8);
+    assert!(offset_of!(Slot, stamp) == 16);
+    assert!(offset_of!(Slot, since) == 24);
+    assert!(offset_of!(Slot, tid) == 32);
+    assert!(offset_of!(Slot, depth) == 36);
+    assert!(align_of::<Slot>() == 8 && align_of::<Header>() == 8);
+};
+
+/// Where each part of a file with `slots` slots and `participants` participant entries lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// `N`.
+    pub slots: u32,
+    /// `P`.
+    pub participants: u32,
+    /// Offset of the participant table.
+    pub participants_offset: usize,
+    /// Offset of the slot array.
+    pub slots_offset: usize,
+    /// Total size.
+    pub file_size: usize,
+}
+
+impl Geometry {
+    /// The layout for `slots` (a power of two) and `participants`; `None` if out of range.
+    pub fn new(slots: u32, participants: u32) -> Option<Geometry> {
+        if !slots.is_power_of_two()
+            || slots < 2
+            || slots.trailing_zeros() > crate::core::word::MAX_SLOT_SHIFT
+            || participants == 0
+            || participants > crate::core::word::MAX_PARTICIPANTS
+        {
+            return None;
+        }
+        let participants_offset = HEADER_SIZE;
+        let end = participants_offset + participants as usize * PARTICIPANT_SIZE;
+        let slots_offset = end.div_ceil(SLOT_SIZE) * SLOT_SIZE;
+        let file_size = slots_offset + slots as usize * SLOT_SIZE;
+        Some(Geometry {
+            slots,
+            participants,
+            participants_offset,
+            slots_offset,
+            file_size,
+        })
+    }
+
+    /// `log2(N)`.
+    pub fn slot_shift(&self) -> u32 {
+        self.slots.trailing_zeros()
+    }
+}
+
+/// A view of the shared state: the header, the participant table and the slots.
+///
+/// The lock algorithm works on this alone. Production code builds it over the mapping
+/// ([`crate::file`]); tests build it over heap memory ([`OwnedState`]). The slot count is fixed
+/// when the view is built, so nothing another process writes later can move an index out of
+/// bounds.
+#[derive(Clone, Copy)]
+pub struct LockState<'a> {
+    header: &'a Header,
+    participants: &'a [Participant],
+    slots: &'a [Slot],
+    shift: u32,
+}
+
+impl<'a> LockState<'a> {
+    /// A view over the given parts. `None` unless `slots.len()` is a power of two ≥ 2 within
+    /// range.
+    pub fn new(
+        header: &'a Header,
+        participants: &'a [Participant],
+        slots: &'a [Slot],
+    ) -> Option<LockState<'a>> {
+        let n = u32::try_from(slots.len()).ok()?;
+        let p = u32::try_from(participants.len()).ok()?;
+        Geometry::new(n, p)?;
+        Some(LockState {
+            header,
+            participants,
+            slots,
+            shift: n.trailing_zeros(),
+        })
+    }
+
+    /// The header.
+    #[inline]
+    pub fn header(&self) -> &'a Header {
+        self.header
+    }
+
+    /// The slot of ticket `t`.
+    #[inline]
+    pub fn slot(&self, t: u64) -> &'a Slot {
+        // `slots.len() == 1 << shift`, so the masked index is in bounds.
+        &self.slots[(t & ((1u64 << self.shift) - 1)) as usize]
+    }
+
+    /// The lap of ticket `t`.
+    #[inline]
+    pub fn lap(&self, t: u64) -> u64 {
+        crate::core::word::lap_of(t, self.shift)
+    }
+
+    /// `N`.
+    #[inline]
+    pub fn slot_count(&self) -> u64 {
+        1u64 << self.shift
+    }
+
+    /// The participant entry `i`, if it exists.
+    #[inline]
+    pub fn participant(&self, i: u32) -> Option<&'a Participant> {
+        self.participants.get(i as usize)
+    }
+
+    /// Number of participant entries.
+    #[inline]
+    pub fn participant_count(&self) -> u32 {
+        self.participants.len() as u32
+    }
+}
+
+fn zeroed_u64s<const K: usize>() -> [AtomicU64; K] {
+    core::array::from_fn(|_| AtomicU64::new(0))
+}
+
+impl Header {
+    /// A zeroed header (heap-backed tests).
+    pub fn zeroed() -> Header {
+        Header {
+            magic: AtomicU64::new(0),
+            version: AtomicU32::new(0),
+            header_size: AtomicU32::new(0),
+            file_size: AtomicU64::new(0),
+            slot_count: AtomicU32::new(0),
+            participant_count: AtomicU32::new(0),
+            participants_offset: AtomicU32::new(0),
+            slots_offset: AtomicU32::new(0),
+            flags: AtomicU32::new(0),
+            reserved0: AtomicU32::new(0),
+            boot_id: zeroed_u64s(),
+            next_ticket: AtomicU64::new(0),
+            pad1: zeroed_u64s(),
+            head: AtomicU64::new(0),
+            pad2: zeroed_u64s(),
+        }
+    }
+}
+
+impl Participant {
+    /// A zeroed entry.
+    pub fn zeroed() -> Participant {
+        Participant {
+            generation: AtomicU64::new(0),
+            pid: AtomicU32::new(0),
+            reserved0: AtomicU32::new(0),
+            claimed_at: AtomicU64::new(0),
+            reserved1: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Slot {
+    /// A zeroed slot: free for the first lap.
+    pub fn zeroed() -> Slot {
+        Slot {
+            word: AtomicU64::new(0),
+            lease: AtomicU64::new(0),
+            stamp: AtomicU64::new(0),
+            since: AtomicU64::new(0),
+            tid: AtomicU32::new(0),
+            depth: AtomicU32::new(0),
+            reserved: zeroed_u64s(),
+        }
+    }
+}
+
+/// Shared state on the heap, for tests under loom and Miri and for property tests.
+pub struct OwnedState {
+    header: Header,
+    participants: Vec<Participant>,
+    slots: Vec<Slot>,
+}
+
+impl OwnedState {
+    /// A fresh state with `slots` slots (a power of two ≥ 2) and `participants` entries.
+    ///
+    /// # Panics
+    /// If the geometry is out of range (a test-setup error).
+    pub fn new(slots: u32, participants: u32) -> OwnedState {
+        assert!(Geometry::new(slots, participants).is_some(), "bad geometry");
+        OwnedState {
+            header: Header::zeroed(),
+            participants: (0..participants).map(|_| Participant::zeroed()).collect(),
+            slots: (0..slots).map(|_| Slot::zeroed()).collect(),
+        }
+    }
+
+    /// The view the algorithm works on.
+    pub fn view(&self) -> LockState<'_> {
+        LockState::new(&self.header, &self.participants, &self.slots).expect("checked in new")
+    }
+}

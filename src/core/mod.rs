@@ -1,0 +1,100 @@
+//! The lock algorithm: a ticket lock with a waiting array, over a [`LockState`] of atomics and
+//! a [`Platform`] for sleeping, time and liveness. No system calls, no files, no `target_os`
+//! here, so the same code runs under loom, under Miri on heap memory, and over the mapping.
+//!
+//! # The protocol in one paragraph
+//!
+//! A thread takes a ticket `t` with one `fetch_add` on `next_ticket` and publishes itself in
+//! slot `t % N` with one CAS on the slot word (which carries the ticket's lap, its owner's
+//! participant index and its [`State`]). Whoever releases or recovers the lock runs
+//! [`advance`]: it walks forward from the freed ticket over final states and grants the first
+//! live ticket with one CAS on *its* slot word, waking exactly that waiter if it sleeps (and
+//! nudging the one behind it so it starts spinning). A ticket nobody has published yet is
+//! granted in advance (`Ready`) and claimed by its taker with one CAS: the uncontended path
+//! is `fetch_add` + CAS (claim) + CAS (release) + CAS (pre-grant the next ticket), no system
+//! call. Every decision about a ticket — grant vs. timeout, takeover vs. extension, release
+//! vs. revocation, skip vs. late claim — is a single CAS on one word; the loser re-reads and
+//! follows the winner.
+//!
+//! # Notes about memory ordering
+//!
+//! * **Hand-over of the critical section.** The holder's release CAS (`Held → Done`) is
+//!   `Release`; the advancer reads that word with `Acquire` and grants the next ticket with an
+//!   `AcqRel` CAS; the next holder reads its slot word with `Acquire` before claiming. So the
+//!   previous critical section happens-before the next one, whether the advancer is the
+//!   releasing thread or a helper in another process (the chain is release → acquire →
+//!   release → acquire, which is transitive).
+//! * **Publication and grant.** Publishing (`prev-lap final → Waiting`) and granting
+//!   (`Waiting|Sleeping → Granted`, `prev-lap final → Ready`) are CASes on the same word, so
+//!   they are totally ordered by that word's modification order: whichever comes second sees
+//!   the first. There is no separate flag and hence no store-then-load (Dekker) pattern
+//!   anywhere; no `SeqCst` is needed.
+//! * **No lost wake-up.** A waiter parks by CAS `Waiting → Sleeping` and then waits on the
+//!   futex expecting the `Sleeping` value; a grantor that sees `Sleeping` (in its CAS) wakes
+//!   the word after changing it. Either the change happens before the kernel compares the
+//!   word (the wait returns at once) or after the waiter is queued (the wake finds it).
+//! * **`next_ticket`** is `Relaxed`: a ticket is only a number, and everything it orders goes
+//!   through slot words. **`head`** is a `Relaxed` hint, only ever a lower bound of the first
+//!   non-final ticket; readers walk forward from it with `Acquire` loads.
+//! * **Lease field.** Written by CAS only (the takeover and an extension race on it, and the
+//!   lap bits inside make a stale writer's CAS fail); read with `Acquire`, written `AcqRel`.
+//! * **Informational fields** (`stamp`, `tid`, `since`, `depth`) are `Relaxed` and never used
+//!   for a decision.
+
+pub mod advance;
+pub mod holder;
+pub mod layout;
+pub mod lease;
+pub mod platform;
+pub mod recover;
+pub mod wait;
+pub mod word;
+
+pub use advance::advance;
+pub use holder::{check, extend, release, revoke_own};
+pub use layout::{Geometry, LockState, OwnedState};
+pub use platform::{Liveness, Platform, Tuning};
+pub use wait::{lock, try_lock};
+pub use word::{State, Word};
+
+/// Who is taking a ticket.
+#[derive(Clone, Copy, Debug)]
+pub struct Me {
+    /// Our participant index (our process's entry in the file).
+    pub participant: u32,
+    /// Our kernel thread id (informational).
+    pub tid: u32,
+    /// Lease to ask for, in milliseconds, or `None` to hold until release.
+    pub lease_ms: Option<u64>,
+}
+
+/// A granted ticket: proof that the caller holds the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The ticket.
+    pub ticket: u64,
+    /// The previous holder did not release: it died, or its lease was taken over.
+    pub died: bool,
+}
+
+impl Grant {
+    /// The fencing token: `ticket + 1`. Grants happen in ticket order, so tokens strictly
+    /// increase across all grants of the file, takeovers included.
+    #[inline]
+    pub fn token(&self) -> u64 {
+        self.ticket.wrapping_add(1)
+    }
+}
+
+/// Why waiting for the lock ended without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitError {
+    /// The deadline passed; the ticket was given up.
+    Timeout,
+    /// The shared state holds something no correct participant writes.
+    Corrupt(&'static str),
+}
+
+/// The lock is no longer held by the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lost;

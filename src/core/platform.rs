@@ -1,0 +1,65 @@
+//! What the lock algorithm needs from the world: sleeping, waking, time and liveness.
+//!
+//! Production implements it with futexes, `CLOCK_MONOTONIC` and OFD-lock beacons
+//! ([`crate::sys`]); model tests implement it with yields and a scripted clock.
+
+use crate::primitive::AtomicU64;
+
+/// Whether a participant (a process) is alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// Certainly alive (or cannot be shown dead).
+    Alive,
+    /// Certainly dead: the kernel dropped its beacon, or it is a thread of ours that exited.
+    Dead,
+}
+
+/// The services the algorithm uses. Every method may be called from any thread.
+pub trait Platform {
+    /// Nanoseconds on a monotonic clock shared with [`Platform::wait`]'s deadlines.
+    fn now_ns(&self) -> u64;
+
+    /// A cheap, coarse reading of the same clock, for informational time stamps only.
+    fn coarse_now_ns(&self) -> u64 {
+        self.now_ns()
+    }
+
+    /// Sleeps while the low 32 bits of `word` equal `expected`: until [`Platform::wake`] on the
+    /// same word, until `until` (on [`Platform::now_ns`]'s clock) passes, or spuriously.
+    fn wait(&self, word: &AtomicU64, expected: u32, until: Option<u64>);
+
+    /// Wakes the (at most one) thread sleeping in [`Platform::wait`] on `word`.
+    fn wake(&self, word: &AtomicU64);
+
+    /// Sleeps a short while (a lapped waiter polling for its slot), never past `until`.
+    fn pause(&self, until: Option<u64>);
+
+    /// Whether participant `index` is alive. `index` comes from the shared file and may be
+    /// anything; implementations must not trust it.
+    fn liveness(&self, index: u32) -> Liveness;
+}
+
+/// Timing parameters of the waiting strategy.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    /// How long the next-in-line waiter spins before parking.
+    pub spin_ns: u64,
+    /// How often the next-in-line waiter checks the holder's liveness and lease while parked.
+    pub head_poll_ns: u64,
+    /// How often other parked waiters wake to re-check their position.
+    pub idle_poll_ns: u64,
+    /// How long a ticket granted before its taker published may stay unclaimed before it is
+    /// skipped (the taker is presumed dead between taking the ticket and publishing).
+    pub grace_ns: u64,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            spin_ns: 50_000,
+            head_poll_ns: 1_000_000,
+            idle_poll_ns: 50_000_000,
+            grace_ns: 20_000_000,
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Opening a lock file: create it race-free, initialise it under an exclusive file lock,
+//! refuse anything that is not ours without writing to it, re-initialise files from an
+//! earlier boot, then map it.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use super::image::initial_image;
+use super::mapping::Mapping;
+use super::validate::{Verdict, validate_header};
+use crate::core::Geometry;
+use crate::core::layout::{HEADER_SIZE, MAGIC};
+use crate::error::{Error, Result};
+use crate::sys::boot_id;
+
+/// How to open or create a lock file.
+#[derive(Clone, Copy, Debug)]
+pub struct CreateOptions {
+    /// Create the file if it does not exist.
+    pub create: bool,
+    /// Permission bits for a created file (before the umask).
+    pub mode: u32,
+    /// Slots of a new file.
+    pub slots: u32,
+    /// Participant entries of a new file.
+    pub participants: u32,
+}
+
+/// An open, validated, mapped lock file.
+pub struct Opened {
+    /// The file; its open file description holds our beacon.
+    pub file: File,
+    /// The mapping.
+    pub mapping: Mapping,
+    /// Device and inode, to share one mapping per file within a process.
+    pub id: (u64, u64),
+}
+
+fn open_error(path: &Path, e: io::Error) -> Error {
+    match e.raw_os_error() {
+        Some(libc::ELOOP) => Error::InvalidPath {
+            path: path.to_path_buf(),
+            what: "is a symbolic link (fairlock does not follow links)",
+        },
+        Some(libc::EISDIR) => Error::InvalidPath {
+            path: path.to_path_buf(),
+            what: "is a directory",
+        },
+        _ => Error::io(path, "open", e),
+    }
+}
+
+/// Opens the file for the lock (read-write), or for inspection (`read_only`).
+fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Result<File> {
+    let mut oo = OpenOptions::new();
+    oo.read(true)
+        .write(!read_only)
+        .create(o.create && !read_only)
+        .mode(o.mode)
+        // O_CLOEXEC: an exec'd program must not keep our beacon alive. O_NOFOLLOW: a link
+        // planted in a shared directory must not redirect us.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    let file = oo.open(path).map_err(|e| open_error(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
+    if !meta.file_type().is_file() {
+        return Err(Error::InvalidPath {
+            path: path.to_path_buf(),
+            what: "is not a regular file",
+        });
+    }
+    Ok(file)
+}
+
+fn read_verdict(file: &File, path: &Path) -> Result<Verdict> {
+    let len = file.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
+    let want = HEADER_SIZE.min(len as usize);
+    let mut head = vec![0u8; want];
+    let mut got = 0;
+    while got < want {
+        match file.read_at(&mut head[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(path, "read header", e)),
+        }
+    }
+    head.truncate(got);
+    Ok(validate_header(&head, len))
+}
+
+fn judge(path: &Path, v: Verdict) -> Result<Geometry> {
+    match v {
+        Verdict::Valid { geometry, .. } => Ok(geometry),
+        Verdict::Foreign => Err(Error::NotALockFile {
+            path: path.to_path_buf(),
+        }),
+        Verdict::Incompatible(what) => Err(Error::incompatible(path, what)),
+        Verdict::Corrupt(what) => Err(Error::corrupt(path, what)),
+        Verdict::Empty | Verdict::Pending => {
+            Err(Error::corrupt(path, "not initialised (read-only open)"))
+        }
+    }
+}
+
+/// Writes a fresh image: everything with the pending magic first, then the real magic.
+fn initialise(
+    file: &File,
+    path: &Path,
+    g: Geometry,
+    boot: [u64; 2],
+    next_ticket: u64,
+) -> Result<()> {
+    let img = initial_image(g, boot, next_ticket);
+    file.write_all_at(&img, 0)
+        .map_err(|e| Error::io(path, "initialise", e))?;
+    file.set_len(g.file_size as u64)
+        .map_err(|e| Error::io(path, "initialise (set length)", e))?;
+    file.write_all_at(&MAGIC.to_le_bytes(), 0)
+        .map_err(|e| Error::io(path, "initialise (magic)", e))?;
+    Ok(())
+}
+
+/// Opens (creating if asked) and maps the lock file at `path`.
+pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
+    let file = open_file(path, o, false)?;
+    let boot = boot_id::read();
+    // Fast path, no file lock: a valid file from this boot is used as it is.
+    let geometry = match read_verdict(&file, path)? {
+        Verdict::Valid {
+            geometry, boot_id, ..
+        } if boot_id == boot => geometry,
+        // Refused without taking the lock: these are never written.
+        v @ (Verdict::Foreign | Verdict::Incompatible(_)) => return Err(judge(path, v).unwrap_err()),
+        _ => initialise_locked(&file, path, o, boot)?,
+    };
+    let mapping = Mapping::new(&file, geometry, false).map_err(|e| Error::io(path, "mmap", e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
+    Ok(Opened {
+        file,
+        mapping,
+        id: (meta.dev(), meta.ino()),
+    })
+}
+
+/// Under an exclusive `flock` (std's `File::lock`, which replaces the unmaintained `fs2`),
+/// decide again and initialise if the file is empty, pending, or from another boot.
+fn initialise_locked(file: &File, path: &Path, o: &CreateOptions, boot: [u64; 2]) -> Result<Geometry> {
+    file.lock()
+        .map_err(|e| Error::io(path, "lock for initialisation", e))?;
+    let result = (|| match read_verdict(file, path)? {
+        Verdict::Empty | Verdict::Pending => {
+            let g = Geometry::new(o.slots, o.participants).ok_or_else(|| Error::InvalidOption {
+                what: format!(
+                    "{} slots / {} participants: slots must be a power of two in 2..=2^20, participants in 1..=4096",
+                    o.slots, o.participants
+                ),
+            })?;
+            initialise(file, path, g, boot, 0)?;
+            Ok(g)
+        }
+        Verdict::Valid {
+            geometry,
+            boot_id,
+            next_ticket,
+        } => {
+            if boot_id != boot {
+                // Everyone who used it died with the previous boot. Keep the tickets going
+                // so fencing tokens never repeat.
+                initialise(file, path, geometry, boot, next_ticket)?;
+            }
+            Ok(geometry)
+        }
+        v => judge(path, v),
+    })();
+    let _ = file.unlock();
+    result
+}
+
+/// Opens an existing lock file read-only, for inspection. Never writes, never locks.
+pub fn open_read_only(path: &Path) -> Result<Mapping> {
+    let o = CreateOptions {
+        create: false,
+        mode: 0,
+        slots: 0,
+        participants: 0,
+    };
+    let file = open_file(path, &o, true)?;
+    let geometry = judge(path, read_verdict(&file, path)?)?;
+    Mapping::new(&file, geometry, true).map_err(|e| Error::io(path, "mmap", e))
+}

@@ -1,0 +1,60 @@
+//! # fairlock
+//!
+//! A lock for threads **and processes** on one Linux machine that is
+//!
+//! * **strictly fair** — first come, first served, across processes; `try_lock` never jumps
+//!   the queue;
+//! * **fast** — uncontended `lock` + `unlock` is a few atomic operations and no system call;
+//!   a hand-off wakes exactly the next waiter (never a wake-all);
+//! * **robust** — a holder or waiter killed at any instruction never blocks the others; a
+//!   holder whose lease ran out is taken over and finds out it lost the lock; every grant
+//!   carries a strictly increasing fencing token.
+//!
+//! Its state is a fixed-layout `#[repr(C)]` struct of atomics in a memory-mapped file (see
+//! `docs/FILE_FORMAT.md`); waiters sleep on futexes; liveness comes from OFD-lock beacons the
+//! kernel drops when a process dies.
+//!
+//! ```
+//! use fairlock::FairLock;
+//! # let path = std::env::temp_dir().join(format!("fairlock-lib-{}.lock", std::process::id()));
+//! let lock = FairLock::open(&path)?;           // shared by every process that opens `path`
+//! let guard = lock.lock()?;                     // waits its turn, FIFO
+//! let token = guard.token();                    // fencing token: strictly increasing
+//! if guard.owner_died() { /* the previous holder crashed: check the data */ }
+//! guard.unlock()?;                              // or just drop it
+//! # assert!(token > 0);
+//! # std::fs::remove_file(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Layers
+//!
+//! * [`core`] — the algorithm over a [`core::LockState`] of atomics and a [`core::Platform`];
+//!   no system calls, runs under loom and Miri.
+//! * `sys` — futex, clocks, OFD-lock beacons, thread ids (Linux only).
+//! * `file` — creating, validating, re-initialising and mapping lock files.
+//! * the API — [`FairLock`], [`FairRLock`], [`LockGuard`], [`OpenOptions`], [`Status`].
+
+#![warn(missing_docs)]
+
+pub mod core;
+mod error;
+mod primitive;
+
+#[cfg(not(loom))]
+mod api;
+#[cfg(not(loom))]
+pub mod file;
+#[cfg(not(loom))]
+mod sys;
+
+pub use error::{Error, Result};
+
+#[cfg(not(loom))]
+pub use api::{
+    guard::{FairLockGuard, FairRLockGuard, LockGuard},
+    lock::FairLock,
+    options::{DEFAULT_PARTICIPANTS, DEFAULT_SLOTS, OpenOptions},
+    rlock::FairRLock,
+    status::{Status, TicketInfo, inspect},
+};

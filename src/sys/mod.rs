@@ -1,0 +1,15 @@
+//! The platform layer: the Linux facilities the lock is built on, each wrapper naming the
+//! system call it makes. This is the only layer (with the mapping) that uses `unsafe`.
+
+pub mod boot_id;
+pub mod clock;
+pub mod futex;
+pub mod ofd;
+pub mod platform;
+pub mod thread;
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("fairlock needs Linux: futexes, OFD locks and /proc");
+
+#[cfg(target_endian = "big")]
+compile_error!("fairlock waits on the low half of 64-bit slot words: little-endian only");

@@ -1,0 +1,62 @@
+//! Open-file-description byte-range locks (`F_OFD_SETLK`, `F_OFD_GETLK`; see `fcntl(2)`),
+//! used as liveness beacons.
+//!
+//! Participant `i` holds a write lock on byte [`BEACON_BASE`]` + i` of the lock file. The
+//! kernel releases it when the last descriptor of the open file description is closed — when
+//! the process dies, already before it becomes a zombie — so "the byte is unlocked" means "the
+//! process is dead", with no PID-reuse race and across PID namespaces. Unlike classic `fcntl`
+//! locks, OFD locks are not dropped when the process closes some *other* descriptor of the file.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// Byte offset of participant 0's beacon: far past the end of any lock file (locks beyond the
+/// end of a file are allowed and do not grow it).
+pub const BEACON_BASE: u64 = 1 << 40;
+
+fn flock_for(index: u32, kind: libc::c_short) -> libc::flock {
+    // SAFETY: `flock` is a plain C struct for which all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { core::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = (BEACON_BASE + u64::from(index)) as libc::off_t;
+    fl.l_len = 1;
+    fl.l_pid = 0; // must be 0 for OFD locks
+    fl
+}
+
+fn fcntl(fd: BorrowedFd<'_>, cmd: libc::c_int, fl: &mut libc::flock) -> io::Result<()> {
+    loop {
+        // SAFETY: `fd` is a valid open descriptor for the duration of the borrow; `fl` is a
+        // valid, writable flock that outlives the call.
+        let r = unsafe { libc::fcntl(fd.as_raw_fd(), cmd, fl as *mut libc::flock) };
+        if r != -1 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Tries to take beacon `index` (`F_OFD_SETLK`, write lock). `Ok(false)` if another open file
+/// description holds it.
+pub fn try_claim(fd: BorrowedFd<'_>, index: u32) -> io::Result<bool> {
+    let mut fl = flock_for(index, libc::F_WRLCK as libc::c_short);
+    match fcntl(fd, libc::F_OFD_SETLK, &mut fl) {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether some *other* open file description holds beacon `index` (`F_OFD_GETLK`). Our own
+/// locks never conflict with us, so callers must not ask about their own index.
+pub fn is_held(fd: BorrowedFd<'_>, index: u32) -> io::Result<bool> {
+    let mut fl = flock_for(index, libc::F_WRLCK as libc::c_short);
+    fcntl(fd, libc::F_OFD_GETLK, &mut fl)?;
+    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+}
