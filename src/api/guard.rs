@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::shared::Shared;
 use crate::core::{self, Grant};
 use crate::error::{Error, Result};
-use crate::sys::thread;
 
 /// Proof of holding a [`FairLock`](crate::FairLock) or [`FairRLock`](crate::FairRLock).
 /// Dropping it releases the lock (or, for a nested re-entrant guard, one level of it).
@@ -17,6 +16,8 @@ use crate::sys::thread;
 pub struct LockGuard<'a> {
     shared: &'a Shared,
     grant: Grant,
+    /// `Shared::owner_key` of the thread that made this guard.
+    key: u64,
     lease_ms: Option<u64>,
     released: bool,
     _not_send: PhantomData<*const ()>,
@@ -28,10 +29,12 @@ pub type FairLockGuard<'a> = LockGuard<'a>;
 pub type FairRLockGuard<'a> = LockGuard<'a>;
 
 impl<'a> LockGuard<'a> {
-    pub(crate) fn new(shared: &'a Shared, grant: Grant, lease_ms: Option<u64>) -> Self {
+    #[inline]
+    pub(crate) fn new(shared: &'a Shared, grant: Grant, tid: u32, lease_ms: Option<u64>) -> Self {
         LockGuard {
             shared,
             grant,
+            key: Shared::owner_key(tid, grant.ticket),
             lease_ms,
             released: false,
             _not_send: PhantomData,
@@ -68,15 +71,19 @@ impl<'a> LockGuard<'a> {
     }
 
     /// Renews the lease: it now ends `d` from now. Extension and takeover are decided by one
-    /// compare-and-swap, so they never both win. A lock opened without a lease gets one.
+    /// compare-and-swap, so they never both win.
     ///
     /// # Errors
     /// [`Error::LockLost`] if the lock was already taken over; [`Error::InvalidOption`] for a
-    /// zero duration.
+    /// zero duration or a lock opened without a lease.
     pub fn extend(&self, d: Duration) -> Result<()> {
-        if d.is_zero() {
+        if d.is_zero() || !self.grant.leased {
             return Err(Error::InvalidOption {
-                what: "extend(0): a lease must be at least 1 ms".into(),
+                what: if d.is_zero() {
+                    "extend(0): a lease must be at least 1 ms".into()
+                } else {
+                    "extend: this lock was opened without a lease".into()
+                },
             });
         }
         if !self.shared.is_current() {
@@ -109,6 +116,7 @@ impl<'a> LockGuard<'a> {
         self.release()
     }
 
+    #[inline]
     fn release(&mut self) -> Result<()> {
         if std::mem::replace(&mut self.released, true) {
             return Ok(());
@@ -119,9 +127,8 @@ impl<'a> LockGuard<'a> {
         }
         let st = sh.state();
         let p = sh.platform();
-        let key = Shared::owner_key(thread::current_tid(), self.grant.ticket);
         // Relaxed: `owner`/`depth` are only written by the holding thread, which is us.
-        if sh.owner.load(Relaxed) == key {
+        if sh.owner.load(Relaxed) == self.key {
             let depth = sh.depth.load(Relaxed);
             if depth > 1 {
                 sh.depth.store(depth - 1, Relaxed);
@@ -136,6 +143,7 @@ impl<'a> LockGuard<'a> {
 }
 
 impl Drop for LockGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         let _ = self.release();
     }

@@ -136,6 +136,7 @@ impl FairLock {
     /// # Errors
     /// [`Error::WouldDeadlock`] if this thread already holds it, [`Error::Corrupt`] if the
     /// shared state is damaged.
+    #[inline]
     pub fn lock(&self) -> Result<LockGuard<'_>> {
         self.acquire(None, false)
     }
@@ -180,10 +181,12 @@ impl FairLock {
         let grant = Grant {
             ticket: sh.ticket.load(Relaxed),
             died: sh.died.load(Relaxed) != 0,
+            leased: self.lease_ms.is_some(),
         };
-        Ok(LockGuard::new(sh, grant, self.lease_ms))
+        Ok(LockGuard::new(sh, grant, thread::current_tid(), self.lease_ms))
     }
 
+    #[inline]
     pub(crate) fn acquire(&self, deadline: Option<u64>, reentrant: bool) -> Result<LockGuard<'_>> {
         let sh = self.shared()?;
         let tid = thread::current_tid();
@@ -191,11 +194,24 @@ impl FairLock {
             return self.reenter(sh, reentrant);
         }
         let me = self.me(sh, tid);
-        let g = core::lock(&sh.state(), &sh.platform(), &me, deadline, &self.tuning)
-            .map_err(|e| wait_error(sh, e))?;
+        let st = sh.state();
+        // Relaxed: a ticket is only a number (see `core::lock`, of which this is the inlined
+        // fast path).
+        let t = st.header().next_ticket.fetch_add(1, Relaxed);
+        let g = match core::claim_ready(&st, t, &me) {
+            Some(g) => g,
+            None => self.contended(sh, &me, deadline, t)?,
+        };
         Ok(self.held(sh, tid, g))
     }
 
+    #[cold]
+    fn contended(&self, sh: &Shared, me: &Me, deadline: Option<u64>, t: u64) -> Result<Grant> {
+        core::lock_contended(&sh.state(), &sh.platform(), me, deadline, &self.tuning, t)
+            .map_err(|e| wait_error(sh, e))
+    }
+
+    #[inline]
     fn me(&self, sh: &Shared, tid: u32) -> Me {
         Me {
             participant: sh.participant,
@@ -204,13 +220,14 @@ impl FairLock {
         }
     }
 
+    #[inline]
     fn held<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
         // Relaxed: these are read back only by this thread (see `Shared::owner`).
         sh.ticket.store(g.ticket, Relaxed);
         sh.died.store(u32::from(g.died), Relaxed);
         sh.depth.store(1, Relaxed);
         sh.owner.store(Shared::owner_key(tid, g.ticket), Relaxed);
-        LockGuard::new(sh, g, self.lease_ms)
+        LockGuard::new(sh, g, tid, self.lease_ms)
     }
 }
 

@@ -20,17 +20,17 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool) {
     let mut h = from;
     // Bound the walk so that a corrupt `next_ticket` or slot cannot keep us here forever: a
-    // consistent file never has more than `next_ticket - from` final tickets in a row.
-    let span = st
-        .header()
-        .next_ticket
-        .load(Relaxed)
-        .wrapping_sub(from)
-        .min(1 << 40);
+    // consistent file never has more than `next_ticket - from` final tickets in a row. Only
+    // computed once the walk gets long, to keep `next_ticket`'s line off the release path.
     let mut steps: u64 = 0;
+    let mut limit = st.slot_count();
     loop {
-        if steps > span + st.slot_count() {
-            return;
+        if steps > limit {
+            let span = st.header().next_ticket.load(Relaxed).wrapping_sub(from);
+            if steps > span.min(1 << 40) + st.slot_count() {
+                return;
+            }
+            limit = span.min(1 << 40) + st.slot_count();
         }
         let slot = st.slot(h);
         let lap = st.lap(h);

@@ -22,6 +22,7 @@ fn held_word<'a>(st: &LockState<'a>, t: u64, participant: u32) -> Option<(&'a Sl
 
 /// Releases the grant and passes the lock on. `Err(Lost)` if it was no longer ours (taken
 /// over); the queue is then moved on anyway.
+#[inline]
 pub fn release<P: Platform>(
     st: &LockState<'_>,
     p: &P,
@@ -33,13 +34,20 @@ pub fn release<P: Platform>(
         advance(st, p, t, false);
         return Err(Lost);
     };
+    if !g.leased {
+        // Without a lease nobody else writes a Held word while its owner lives (revocation
+        // needs the owner dead), so a store suffices. Release: publishes our critical
+        // section to the Acquire load of whoever advances next.
+        slot.word.store(w.with_state(State::Done).0, Release);
+        advance(st, p, t.wrapping_add(1), false);
+        return Ok(());
+    }
     if Lease::decode(slot.lease.load(Acquire), st.lap(t)) == Lease::Revoked {
         // A takeover revoked the lease and has yet to revoke the word: finish it for them.
         finish_revocation(st, p, t);
         return Err(Lost);
     }
-    // Release: publishes our critical section to the Acquire load of whoever advances next.
-    // On failure a revocation won the race; follow it.
+    // Release: as above. On failure a revocation (lease takeover) won the race; follow it.
     if slot
         .word
         .compare_exchange(w.0, w.with_state(State::Done).0, Release, Acquire)

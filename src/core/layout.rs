@@ -204,6 +204,24 @@ impl<'a> LockState<'a> {
         })
     }
 
+    /// A view over parts whose geometry the caller has validated (`slots.len()` a power of
+    /// two ≥ 2 with `log2` ≤ `MAX_SLOT_SHIFT`). Safe either way: a wrong length can only make
+    /// an index panic, never read out of bounds; checked in debug builds.
+    #[inline]
+    pub(crate) fn from_validated(
+        header: &'a Header,
+        participants: &'a [Participant],
+        slots: &'a [Slot],
+    ) -> LockState<'a> {
+        debug_assert!(LockState::new(header, participants, slots).is_some());
+        LockState {
+            header,
+            participants,
+            slots,
+            shift: slots.len().trailing_zeros(),
+        }
+    }
+
     /// The header.
     #[inline]
     pub fn header(&self) -> &'a Header {
@@ -311,10 +329,14 @@ impl OwnedState {
     /// If the geometry is out of range (a test-setup error).
     pub fn new(slots: u32, participants: u32) -> OwnedState {
         assert!(Geometry::new(slots, participants).is_some(), "bad geometry");
+        let slots: Vec<Slot> = (0..slots).map(|_| Slot::zeroed()).collect();
+        // A fresh file has ticket 0 granted in advance (see `file::initial_image`).
+        let ready = crate::core::word::Word::new(1, 0, crate::core::word::State::Ready, false);
+        slots[0].word.store(ready.0, crate::primitive::Ordering::Relaxed);
         OwnedState {
             header: Header::zeroed(),
             participants: (0..participants).map(|_| Participant::zeroed()).collect(),
-            slots: (0..slots).map(|_| Slot::zeroed()).collect(),
+            slots,
         }
     }
 

@@ -54,7 +54,7 @@ pub use advance::advance;
 pub use holder::{check, extend, release, revoke_own};
 pub use layout::{Geometry, LockState, OwnedState};
 pub use platform::{Liveness, Platform, Tuning};
-pub use wait::{lock, try_lock};
+pub use wait::{claim_ready, lock, lock_contended, try_lock};
 pub use word::{State, Word};
 
 /// Who is taking a ticket.
@@ -70,11 +70,14 @@ pub struct Me {
 
 /// A granted ticket: proof that the caller holds the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct Grant {
     /// The ticket.
     pub ticket: u64,
     /// The previous holder did not release: it died, or its lease was taken over.
     pub died: bool,
+    /// The grant has a lease (so a takeover may revoke it).
+    pub leased: bool,
 }
 
 impl Grant {

@@ -131,6 +131,9 @@ pub fn recover<P: Platform>(
             }
         }
     }
+    // Everything ahead of us is final, yet we were not granted (whoever should have advanced
+    // died first, or the file was just initialised): grant ourselves through `advance`.
+    advance(st, p, start, false);
 }
 
 /// Lease takeover of ticket `h`: revoke the lease (the CAS an extension races), then the word,

@@ -18,6 +18,7 @@ const MAX_RETAKES: u32 = 1000;
 /// Acquires the lock: takes a ticket and waits for its grant, until `deadline` (on
 /// [`Platform::now_ns`]'s clock) if given. A waiter that times out gives its ticket up, so
 /// nobody behind it waits for it; a grant that races the timeout wins.
+#[inline(always)]
 pub fn lock<P: Platform>(
     st: &LockState<'_>,
     p: &P,
@@ -25,9 +26,52 @@ pub fn lock<P: Platform>(
     deadline: Option<u64>,
     tuning: &Tuning,
 ) -> Result<Grant, WaitError> {
+    // Relaxed: a ticket is only a number; synchronisation is on the slot words.
+    let t = st.header().next_ticket.fetch_add(1, Relaxed);
+    if let Some(g) = claim_ready(st, t, me) {
+        return Ok(g);
+    }
+    lock_contended(st, p, me, deadline, tuning, t)
+}
+
+/// The uncontended path: our ticket was granted in advance with no died flag, and we ask for
+/// no lease. One CAS, expecting exactly that `Ready` word, claims it.
+#[inline(always)]
+pub fn claim_ready(st: &LockState<'_>, t: u64, me: &Me) -> Option<Grant> {
+    if me.lease_ms.is_some() {
+        return None;
+    }
+    let slot = st.slot(t);
+    let lap = st.lap(t);
+    let ready = Word::new(lap, 0, State::Ready, false);
+    let held = Word::new(lap, me.participant, State::Held, false);
+    // AcqRel/Acquire: as the claim in `publish` (pairs with the grant's Release).
+    slot.word
+        .compare_exchange(ready.0, held.0, AcqRel, Acquire)
+        .ok()?;
+    // Not a CAS: see `claimed`.
+    slot.lease.store(Lease::None.encode(lap), Relaxed);
+    stamp_owner(slot, t, me);
+    Some(Grant {
+        ticket: t,
+        died: false,
+        leased: false,
+    })
+}
+
+/// The rest of [`lock`] once the fast claim of ticket `first` failed: publish, wait, claim.
+#[cold]
+#[inline(never)]
+pub fn lock_contended<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    me: &Me,
+    deadline: Option<u64>,
+    tuning: &Tuning,
+    first: u64,
+) -> Result<Grant, WaitError> {
+    let mut t = first;
     for _ in 0..MAX_RETAKES {
-        // Relaxed: a ticket is only a number; synchronisation is on the slot words.
-        let t = st.header().next_ticket.fetch_add(1, Relaxed);
         match publish(st, p, t, me, deadline)? {
             Published::Held(g) => return Ok(g),
             Published::Skipped => continue,
@@ -37,6 +81,8 @@ pub fn lock<P: Platform>(
                 }
             }
         }
+        // Relaxed: as in `lock`.
+        t = st.header().next_ticket.fetch_add(1, Relaxed);
     }
     Err(WaitError::Corrupt("our ticket was skipped over and over"))
 }
@@ -61,6 +107,9 @@ pub fn try_lock<P: Platform>(
         .is_err()
     {
         return Ok(None);
+    }
+    if let Some(g) = claim_ready(st, t, me) {
+        return Ok(Some(g));
     }
     // Ticket `t` is ours and was Ready: only we can claim it (or a grace skip, if we stall).
     match publish(st, p, t, me, Some(0))? {
@@ -118,6 +167,7 @@ fn publish<P: Platform>(
                             true => Published::Held(Grant {
                                 ticket: t,
                                 died: w.died(),
+                                leased: me.lease_ms.is_some(),
                             }),
                             false => Published::Skipped,
                         });
@@ -132,7 +182,8 @@ fn publish<P: Platform>(
                 }
                 let waiting = Word::new(lap, me.participant, State::Waiting, false);
                 if cas(slot, w, waiting) {
-                    stamp_info(p, slot, t, me);
+                    stamp_owner(slot, t, me);
+                    stamp_since(p, slot);
                     return Ok(Published::Waiting(waiting));
                 }
             }
@@ -180,9 +231,11 @@ fn wait_for_grant<P: Platform>(
             Some(State::Granted) => {
                 if cas(slot, w, w.with_state(State::Held)) {
                     if claimed(st, p, slot, t, me) {
+                        stamp_since(p, slot);
                         return Ok(Some(Grant {
                             ticket: t,
                             died: w.died(),
+                            leased: me.lease_ms.is_some(),
                         }));
                     }
                     return Ok(None);
@@ -297,7 +350,7 @@ fn claimed<P: Platform>(st: &LockState<'_>, p: &P, slot: &Slot, t: u64, me: &Me)
             }
         }
     }
-    stamp_info(p, slot, t, me);
+    stamp_owner(slot, t, me);
     true
 }
 
@@ -330,8 +383,15 @@ fn stamp_lease(slot: &Slot, lap: u64, lease: Lease) -> bool {
 }
 
 /// Informational fields for `fairlock status`; Relaxed, never used for decisions.
-fn stamp_info<P: Platform>(p: &P, slot: &Slot, t: u64, me: &Me) {
+#[inline]
+fn stamp_owner(slot: &Slot, t: u64, me: &Me) {
     slot.tid.store(me.tid, Relaxed);
-    slot.since.store(p.coarse_now_ns(), Relaxed);
     slot.stamp.store(t.wrapping_add(1), Relaxed);
+}
+
+/// When the ticket was published or claimed after waiting (for status). Not on the
+/// uncontended path, where reading even the coarse clock would cost a fifth of the time; a
+/// holder may stamp it later with [`stamp_since`].
+pub fn stamp_since<P: Platform>(p: &P, slot: &Slot) {
+    slot.since.store(p.coarse_now_ns(), Relaxed);
 }

@@ -34,7 +34,12 @@ pub fn initial_image(g: Geometry, boot_id: [u64; 2], next_ticket: u64) -> Vec<u8
     for s in 0..n {
         let t = next_ticket.wrapping_add(s.wrapping_sub(next_ticket) & (n - 1));
         let prev_lap = lap_of(t, shift).wrapping_sub(1);
-        let w = Word::new(prev_lap, 0, State::Done, false);
+        // The first ticket is granted in advance, as after any release.
+        let w = if t == next_ticket {
+            Word::new(lap_of(t, shift), 0, State::Ready, false)
+        } else {
+            Word::new(prev_lap, 0, State::Done, false)
+        };
         put64(&mut img, g.slots_offset + s as usize * SLOT_SIZE, w.0);
     }
     img

@@ -48,6 +48,7 @@ impl Mapping {
     }
 
     /// The shared state. For a read-only mapping the caller must only load from it.
+    #[inline]
     pub fn state(&self) -> LockState<'_> {
         let base = self.map.as_ptr();
         let g = self.geometry;
@@ -67,6 +68,6 @@ impl Mapping {
         let slots = unsafe {
             std::slice::from_raw_parts(base.add(g.slots_offset).cast::<Slot>(), g.slots as usize)
         };
-        LockState::new(header, participants, slots).expect("geometry was validated")
+        LockState::from_validated(header, participants, slots)
     }
 }

@@ -1,0 +1,2 @@
+//! Placeholder replaced by the benchmark work (issue 5).
+fn main() {}
