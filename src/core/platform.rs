@@ -59,7 +59,7 @@ impl Default for Tuning {
             spin_ns: 50_000,
             head_poll_ns: 1_000_000,
             idle_poll_ns: 50_000_000,
-            grace_ns: 20_000_000,
+            grace_ns: 50_000_000,
         }
     }
 }
