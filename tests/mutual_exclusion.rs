@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Shm, TempDir, Worker, racy_increment, role, wait_all};
+use common::{Gate, Shm, TempDir, Worker, racy_increment, role, wait_all};
 use fairlock::FairLock;
 
 const PROCS: usize = 4;
@@ -19,10 +19,12 @@ fn processes_and_threads_exclude_each_other() {
         let path = common::env("FL_LOCK");
         let shm = Arc::new(Shm::open(common::env("FL_SHM").as_ref()));
         let lock = Arc::new(FairLock::open(&path).expect("worker open"));
+        let gate = Arc::new(Gate::open(common::env("FL_GATE").as_ref()));
         let threads: Vec<_> = (0..THREADS)
             .map(|_| {
-                let (lock, shm) = (lock.clone(), shm.clone());
+                let (lock, shm, gate) = (lock.clone(), shm.clone(), gate.clone());
                 std::thread::spawn(move || {
+                    gate.arrive_and_wait();
                     for _ in 0..ITERS {
                         let g = lock.lock().expect("lock");
                         racy_increment(&shm, 0, 50);
@@ -47,9 +49,12 @@ fn processes_and_threads_exclude_each_other() {
     let shm = Shm::create(&shm_path, 2);
     // Created by the parent; the workers open the existing file.
     let parent = FairLock::open(&lock_path).expect("open");
+    let gate_path = dir.join("gate");
+    let gate = Gate::create(&gate_path);
     let env = [
         ("FL_LOCK", lock_path.display().to_string()),
         ("FL_SHM", shm_path.display().to_string()),
+        ("FL_GATE", gate_path.display().to_string()),
     ];
     let mut workers: Vec<Worker> = (0..PROCS)
         .map(|i| {
@@ -62,6 +67,7 @@ fn processes_and_threads_exclude_each_other() {
             )
         })
         .collect();
+    gate.open_when_arrived((PROCS * THREADS) as u64, &mut workers);
     wait_all(&mut workers, Duration::from_secs(60));
     let total = PROCS as u64 * THREADS as u64 * ITERS;
     assert_eq!(shm.read(0), total, "lost updates: the lock let two holders in");

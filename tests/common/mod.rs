@@ -370,3 +370,55 @@ pub fn umask() -> u32 {
         .expect("Umask line");
     u32::from_str_radix(line["Umask:".len()..].trim(), 8).expect("parse umask")
 }
+
+/// A start gate shared by processes: workers `arrive` and spin until the parent `open`s it, so
+/// that they start contending at the same moment (process start-up takes milliseconds).
+pub struct Gate {
+    shm: Shm,
+}
+
+impl Gate {
+    /// Creates the gate's backing file (parent).
+    pub fn create(path: &Path) -> Gate {
+        Gate {
+            shm: Shm::create(path, 2),
+        }
+    }
+
+    /// Maps an existing gate (worker).
+    pub fn open(path: &Path) -> Gate {
+        Gate {
+            shm: Shm::open(path),
+        }
+    }
+
+    /// Worker: announce arrival and wait (at most a minute) for the gate to open.
+    pub fn arrive_and_wait(&self) {
+        self.shm.atomic(0).fetch_add(1, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.shm.atomic(1).load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "gate never opened");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Parent: wait until `n` arrivals (or a worker died: `workers` are polled), then open.
+    pub fn open_when_arrived(&self, n: u64, workers: &mut [Worker]) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.shm.atomic(0).load(Ordering::SeqCst) < n {
+            for w in workers.iter_mut() {
+                if w.poll() {
+                    panic!(
+                        "worker {} exited ({:?}) before the gate opened:\n{}",
+                        w.name,
+                        w.status,
+                        w.stderr()
+                    );
+                }
+            }
+            assert!(Instant::now() < deadline, "workers never arrived at the gate");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.shm.atomic(1).store(1, Ordering::SeqCst);
+    }
+}
