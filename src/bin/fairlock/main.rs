@@ -1,1 +1,210 @@
-fn main() {}
+//! `fairlock`: run commands under a strictly fair (FIFO) lock shared by processes, inspect a
+//! lock file, or watch a demonstration against `flock(2)`.
+
+mod demo;
+mod exit;
+mod run;
+mod secs;
+mod signals;
+mod status;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+
+const MAIN_AFTER: &str = "\
+Examples:
+  fairlock run /run/lock/backup.lock -- rsync -a /data /backup
+  fairlock run -w 10 jobs.lock -c 'make deploy >> deploy.log'
+  fairlock status jobs.lock
+  fairlock demo --quick
+
+Every `fairlock run` on the same LOCKFILE waits its turn in arrival order (first come,
+first served); a waiter or holder that dies never blocks the others.
+See docs/CLI.md for details.";
+
+/// Run commands one at a time, in arrival order, under a fair lock shared by processes.
+#[derive(Parser, Debug)]
+#[command(
+    name = "fairlock",
+    version,
+    about,
+    long_about = None,
+    after_help = format!("{MAIN_AFTER}\n\n{}", exit::TABLE),
+    propagate_version = true,
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Wait for the lock in FIFO order, then run a command while holding it.
+    #[command(after_help = run::AFTER_HELP)]
+    Run(RunArgs),
+    /// Show who holds a lock file and who waits for it (read-only).
+    #[command(after_help = status::AFTER_HELP)]
+    Status(StatusArgs),
+    /// Show fairness and crash recovery against flock(2), with no setup (about 15 s).
+    #[command(after_help = demo::AFTER_HELP)]
+    Demo(DemoArgs),
+    /// Internal: one worker process of `fairlock demo`.
+    #[command(name = "__demo-worker", hide = true)]
+    DemoWorker(demo::WorkerArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("what").required(true).args(["shell", "command"])))]
+pub struct RunArgs {
+    /// Fail at once (exit 1, see -E) if the lock is held or anyone is waiting for it.
+    #[arg(short = 'n', long = "nonblock", conflicts_with = "wait")]
+    pub nonblock: bool,
+    /// Give up (exit 1, see -E) after waiting SECS seconds (fractions allowed: 0.5).
+    #[arg(short = 'w', long = "wait", visible_alias = "timeout", value_name = "SECS",
+          value_parser = secs::parse_wait)]
+    pub wait: Option<Duration>,
+    /// Exit code for a busy lock (-n) or a timeout (-w).
+    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit::CONFLICT)]
+    pub conflict_exit_code: u8,
+    /// Hold the lock for at most SECS seconds: after that the next waiter may take it over,
+    /// and fairlock then exits 69 when the command ends.
+    #[arg(long, value_name = "SECS", value_parser = secs::parse_lease)]
+    pub lease: Option<Duration>,
+    /// Send SIGTERM to the command as soon as its lease is lost.
+    #[arg(long, requires = "lease")]
+    pub kill_on_lost: bool,
+    /// Report waiting, getting and releasing the lock on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Run SHELL_COMMAND with `/bin/sh -c` instead of COMMAND.
+    #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND")]
+    pub shell: Option<OsString>,
+    /// The lock file; created (mode 0600) if missing.
+    #[arg(value_name = "LOCKFILE")]
+    pub lockfile: PathBuf,
+    /// The command to run, and its arguments.
+    #[arg(
+        value_name = "COMMAND",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        conflicts_with = "shell"
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The lock file (never modified).
+    #[arg(value_name = "LOCKFILE")]
+    pub lockfile: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// A shorter run (about 4 s) with fewer workers.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    let result = match cli.command {
+        Command::Run(args) => run::main(&args),
+        Command::Status(args) => status::main(&args),
+        Command::Demo(args) => demo::main(&args),
+        Command::DemoWorker(args) => demo::worker(&args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            if !f.message.is_empty() {
+                eprintln!("fairlock: {}", f.message);
+            }
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// Help and version go to stdout with status 0; every other parse error becomes one line
+/// on stderr and status 64.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "fairlock: {}",
+                one_line(&e.render().to_string())
+            );
+            ExitCode::from(exit::USAGE)
+        }
+    }
+}
+
+/// clap's message without the usage block, folded into one line.
+fn one_line(rendered: &str) -> String {
+    let body = rendered.split("\nUsage:").next().unwrap_or(rendered);
+    let body = body.trim().strip_prefix("error: ").unwrap_or(body.trim());
+    let mut out = String::new();
+    for para in body.split("\n\n") {
+        let para = para.split_whitespace().collect::<Vec<_>>().join(" ");
+        if para.is_empty() || para.starts_with("For more information") {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        out.push_str(&para);
+    }
+    let sub = std::env::args()
+        .nth(1)
+        .filter(|a| ["run", "status", "demo"].contains(&a.as_str()));
+    match sub {
+        Some(sub) => out.push_str(&format!(" (see 'fairlock {sub} --help')")),
+        None => out.push_str(" (see 'fairlock --help')"),
+    }
+    out
+}
+
+/// Writes to stdout, ignoring a closed pipe.
+pub fn out(text: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(text.as_bytes());
+    let _ = o.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn folds_clap_errors() {
+        assert_eq!(
+            one_line(
+                "error: a\n  b\n\n  tip: c\n\nUsage: x\n\nFor more information, try '--help'.\n"
+            ),
+            "a b; tip: c (see 'fairlock --help')"
+        );
+    }
+}

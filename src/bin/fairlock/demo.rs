@@ -1,0 +1,643 @@
+//! `fairlock demo`: worker processes contend for a fairlock and, in the same run, for a
+//! `flock(2)` lock; the parent shows grant order against arrival order, wait-time spread,
+//! and how fast the queue moves on when a holder is SIGKILLed.
+//!
+//! Workers are this executable re-run as `fairlock __demo-worker ...`; each prints one line
+//! per grant on its stdout (`REQ_NS GRANT_NS TOKEN DIED`, CLOCK_MONOTONIC) when it is done.
+
+use std::fs::{DirBuilder, File};
+use std::io::{self, BufRead, BufReader, IsTerminal, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fairlock::FairLock;
+
+use crate::DemoArgs;
+use crate::exit::{self, Failure};
+
+pub const AFTER_HELP: &str = "\
+Needs no setup: the lock files live in a fresh directory under $XDG_RUNTIME_DIR (else
+/dev/shm, else the temp dir) that is removed at the end. It runs worker processes that
+  1. arrive one after another while the lock is held, then get it: in which order?
+  2. lock, work, unlock and repeat for a fixed time: how many times does a later
+     request overtake an earlier one, how long are the waits, how evenly are grants shared?
+  3. (fairlock) a holder is SIGKILLed while two others wait: how soon does the next one
+     get the lock, and does it know its predecessor died?
+Steps 1 and 2 run once with fairlock and once with flock(2) on another file.
+Progress goes to stderr (one updating line on a terminal); results to stdout.";
+
+/// Arguments of the hidden `__demo-worker` subcommand.
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// `fair` (fairlock) or `flock`.
+    #[arg(long)]
+    kind: String,
+    /// `once` (one grant), `loop` (grants until --end-ns) or `hold` (hold until killed).
+    #[arg(long)]
+    mode: String,
+    /// The lock file.
+    #[arg(long)]
+    path: PathBuf,
+    /// CLOCK_MONOTONIC nanoseconds to start at.
+    #[arg(long, default_value_t = 0)]
+    start_ns: u64,
+    /// CLOCK_MONOTONIC nanoseconds after which `loop` makes no new request.
+    #[arg(long, default_value_t = 0)]
+    end_ns: u64,
+    /// Microseconds to hold each grant.
+    #[arg(long, default_value_t = 0)]
+    hold_us: u64,
+    /// Microseconds to work between grants (`loop`).
+    #[arg(long, default_value_t = 0)]
+    think_us: u64,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: comparable across processes.
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Waits until `t`: sleeps for long waits, spins for short ones (like real work).
+fn until(t: u64) {
+    loop {
+        let now = now_ns();
+        if now >= t {
+            return;
+        }
+        if t - now > 2_000_000 {
+            std::thread::sleep(Duration::from_nanos(t - now - 1_000_000));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// One grant, as a worker saw it.
+#[derive(Clone, Copy, Debug)]
+struct Grant {
+    worker: usize,
+    req: u64,
+    grant: u64,
+    token: u64,
+    died: bool,
+}
+
+pub fn worker(a: &WorkerArgs) -> Result<u8, Failure> {
+    let fail = |e: String| Failure::new(exit::SOFTWARE, format!("demo worker: {e}"));
+    until(a.start_ns);
+    let mut grants: Vec<(u64, u64, u64, bool)> = Vec::new();
+    let hold = a.hold_us * 1000;
+    match a.kind.as_str() {
+        "fair" => {
+            let lock = FairLock::open(&a.path).map_err(|e| fail(e.to_string()))?;
+            loop {
+                let req = now_ns();
+                let g = lock.lock().map_err(|e| fail(e.to_string()))?;
+                let got = now_ns();
+                grants.push((req, got, g.token(), g.owner_died()));
+                if a.mode == "hold" {
+                    println!("held {}", g.token());
+                    let _ = io::stdout().flush();
+                    std::thread::sleep(Duration::from_secs(30));
+                    return Ok(0);
+                }
+                until(got + hold);
+                g.unlock().map_err(|e| fail(e.to_string()))?;
+                if a.mode != "loop" || now_ns() >= a.end_ns {
+                    break;
+                }
+                until(now_ns() + a.think_us * 1000);
+            }
+        }
+        "flock" => {
+            let file = File::open(&a.path).map_err(|e| fail(e.to_string()))?;
+            loop {
+                let req = now_ns();
+                file.lock().map_err(|e| fail(e.to_string()))?;
+                let got = now_ns();
+                grants.push((req, got, 0, false));
+                until(got + hold);
+                file.unlock().map_err(|e| fail(e.to_string()))?;
+                if a.mode != "loop" || now_ns() >= a.end_ns {
+                    break;
+                }
+                until(now_ns() + a.think_us * 1000);
+            }
+        }
+        k => return Err(fail(format!("unknown kind {k}"))),
+    }
+    let mut out = String::with_capacity(grants.len() * 48);
+    for (req, got, token, died) in grants {
+        out.push_str(&format!("{req} {got} {token} {}\n", u8::from(died)));
+    }
+    let _ = io::stdout().lock().write_all(out.as_bytes());
+    Ok(0)
+}
+
+/// Sizes and durations of one demo run.
+struct Config {
+    workers: usize,
+    /// Step 1: gap between arrivals.
+    arrival_gap: Duration,
+    /// Step 2: contention time per lock.
+    contention: Duration,
+    hold_us: u64,
+    think_us: u64,
+}
+
+/// Terminal-aware progress on stderr, results on stdout.
+struct Ui {
+    tty: bool,
+}
+
+impl Ui {
+    /// Progress: an updating line on a terminal, a plain line (only when `plain`) otherwise.
+    fn progress(&self, msg: &str, plain: bool) {
+        let mut e = io::stderr().lock();
+        if self.tty {
+            let _ = write!(e, "\r\x1b[K{msg}");
+        } else if plain {
+            let _ = writeln!(e, "... {msg}");
+        }
+        let _ = e.flush();
+    }
+
+    fn line(&self, msg: &str) {
+        if self.tty {
+            eprint!("\r\x1b[K");
+        }
+        let _ = io::stderr().flush();
+        crate::out(&format!("{msg}\n"));
+    }
+}
+
+/// The demo directory, removed on drop.
+struct DemoDir(PathBuf);
+
+impl DemoDir {
+    fn create() -> io::Result<DemoDir> {
+        let mut bases = Vec::new();
+        if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+            bases.push(PathBuf::from(d));
+        }
+        bases.push(PathBuf::from("/dev/shm"));
+        bases.push(std::env::temp_dir());
+        let mut last = io::Error::other("no directory to create the demo in");
+        for base in bases.into_iter().filter(|b| b.is_dir()) {
+            let dir = base.join(format!(
+                "fairlock-demo-{}-{}",
+                std::process::id(),
+                now_ns() % 1_000_000
+            ));
+            match DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Ok(DemoDir(dir)),
+                Err(e) => last = io::Error::new(e.kind(), format!("{}: {e}", dir.display())),
+            }
+        }
+        Err(last)
+    }
+}
+
+impl Drop for DemoDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Demo {
+    exe: PathBuf,
+    cfg: Config,
+    ui: Ui,
+    fair: PathBuf,
+    flock: PathBuf,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Fair,
+    Flock,
+}
+
+impl Kind {
+    fn arg(self) -> &'static str {
+        match self {
+            Kind::Fair => "fair",
+            Kind::Flock => "flock",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Fair => "fairlock",
+            Kind::Flock => "flock(2)",
+        }
+    }
+}
+
+fn io_fail(what: &str) -> impl Fn(io::Error) -> Failure + '_ {
+    move |e| Failure::new(exit::OS, format!("demo: {what}: {e}"))
+}
+
+pub fn main(a: &DemoArgs) -> Result<u8, Failure> {
+    let cfg = if a.quick {
+        Config {
+            workers: 4,
+            arrival_gap: Duration::from_millis(20),
+            contention: Duration::from_millis(1000),
+            hold_us: 20,
+            think_us: 20,
+        }
+    } else {
+        Config {
+            workers: 6,
+            arrival_gap: Duration::from_millis(40),
+            contention: Duration::from_millis(4000),
+            hold_us: 20,
+            think_us: 20,
+        }
+    };
+    let dir = DemoDir::create().map_err(io_fail("creating the demo directory"))?;
+    let exe = std::env::current_exe().map_err(io_fail("finding this program"))?;
+    let demo = Demo {
+        exe,
+        cfg,
+        ui: Ui {
+            tty: io::stderr().is_terminal(),
+        },
+        fair: dir.0.join("fair.lock"),
+        flock: dir.0.join("flock.lock"),
+    };
+    File::create(&demo.flock).map_err(io_fail("creating the flock file"))?;
+    FairLock::open(&demo.fair).map_err(|e| Failure::open(&demo.fair, &e))?;
+    let started = Instant::now();
+    demo.ui.line(&format!(
+        "fairlock demo: {} worker processes contend for one lock, first a fairlock, then flock(2).\n\
+         Lock files in {} (removed at the end).",
+        demo.cfg.workers,
+        dir.0.display()
+    ));
+    demo.arrivals()?;
+    demo.contention()?;
+    demo.crash()?;
+    demo.ui.line(&format!(
+        "\ndone in {:.1} s.",
+        started.elapsed().as_secs_f64()
+    ));
+    drop(dir);
+    Ok(0)
+}
+
+impl Demo {
+    fn spawn(&self, kind: Kind, mode: &str, extra: &[String]) -> Result<Child, Failure> {
+        let path = match kind {
+            Kind::Fair => &self.fair,
+            Kind::Flock => &self.flock,
+        };
+        Command::new(&self.exe)
+            .arg("__demo-worker")
+            .args(["--kind", kind.arg(), "--mode", mode])
+            .arg("--path")
+            .arg(path)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(io_fail("starting a worker"))
+    }
+
+    /// Step 1: the lock is held while workers arrive one by one; then it is released.
+    fn arrivals(&self) -> Result<(), Failure> {
+        let n = self.cfg.workers;
+        self.ui.line(&format!(
+            "\n1. Arrival order: the lock is held while w1..w{n} arrive one by one ({} ms apart), then released.",
+            self.cfg.arrival_gap.as_millis()
+        ));
+        for kind in [Kind::Fair, Kind::Flock] {
+            self.ui
+                .progress(&format!("{}: workers arriving", kind.label()), true);
+            let hold = ["--hold-us".to_string(), "3000".to_string()];
+            let mut children = Vec::new();
+            let fair = FairLock::open(&self.fair).map_err(|e| Failure::open(&self.fair, &e))?;
+            let file = File::open(&self.flock).map_err(io_fail("opening the flock file"))?;
+            let guard = match kind {
+                Kind::Fair => Some(fair.lock().map_err(|e| Failure::locking(&self.fair, &e))?),
+                Kind::Flock => {
+                    file.lock().map_err(io_fail("flock"))?;
+                    None
+                }
+            };
+            for k in 0..n {
+                children.push(self.spawn(kind, "once", &hold)?);
+                let deadline = Instant::now() + Duration::from_secs(3);
+                while self.queued(kind) < k + 1 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                std::thread::sleep(self.cfg.arrival_gap);
+            }
+            match guard {
+                Some(g) => g.unlock().map_err(|e| Failure::locking(&self.fair, &e))?,
+                None => file.unlock().map_err(io_fail("flock"))?,
+            }
+            let grants = collect(children)?;
+            let mut order = grants.clone();
+            order.sort_by_key(|g| g.grant);
+            let shown: Vec<String> = order.iter().map(|g| format!("w{}", g.worker + 1)).collect();
+            let ov = overtakes(&grants);
+            let late = ov.iter().filter(|o| **o > 0).count();
+            self.ui.line(&format!(
+                "   {}  granted: {:<w$}  {} of {n} overtaken by a later arrival",
+                kind.label(),
+                shown.join(" "),
+                late,
+                w = 3 * n + 1,
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many workers are known to wait for the lock.
+    fn queued(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Fair => fairlock::inspect(&self.fair).map_or(0, |s| s.waiters.len()),
+            Kind::Flock => blocked_flocks(&self.flock),
+        }
+    }
+
+    /// Step 2: everyone locks, works, unlocks and repeats for a fixed time.
+    fn contention(&self) -> Result<(), Failure> {
+        let n = self.cfg.workers;
+        let secs = self.cfg.contention.as_secs_f64();
+        self.ui.line(&format!(
+            "\n2. Contention: w1..w{n} arrive 10 ms apart, then each repeats lock, work {} us, unlock, work {} us for {secs:.1} s.\n   \
+             overtaken = requests that a later request got ahead of; waits are request-to-grant;\n   \
+             share = grants of the busiest worker / of the least busy one while all were present.\n\n   \
+             {:<9} {:>8} {:>20} {:>8} {:>8} {:>8} {:>8}  {}",
+            self.cfg.hold_us,
+            self.cfg.think_us,
+            "lock",
+            "grants",
+            "overtaken (max by)",
+            "p50",
+            "p99",
+            "max",
+            "mean",
+            "share max/min",
+        ));
+        for kind in [Kind::Fair, Kind::Flock] {
+            let gap = 10_000_000u64;
+            let start = now_ns() + 50_000_000;
+            let end = start + gap * n as u64 + self.cfg.contention.as_nanos() as u64;
+            let mut children = Vec::new();
+            for k in 0..n {
+                children.push(self.spawn(
+                    kind,
+                    "loop",
+                    &[
+                        "--start-ns".into(),
+                        (start + gap * k as u64).to_string(),
+                        "--end-ns".into(),
+                        end.to_string(),
+                        "--hold-us".into(),
+                        self.cfg.hold_us.to_string(),
+                        "--think-us".into(),
+                        self.cfg.think_us.to_string(),
+                    ],
+                )?);
+            }
+            self.ui.progress(
+                &format!("{}: contention for {secs:.1} s", kind.label()),
+                true,
+            );
+            while now_ns() < end {
+                let done = (now_ns().saturating_sub(start)) as f64 / (end - start) as f64;
+                let mut msg = format!(
+                    "{}: contention {:>3.0}%",
+                    kind.label(),
+                    done.min(1.0) * 100.0
+                );
+                if kind == Kind::Fair {
+                    if let Ok(st) = fairlock::inspect(&self.fair) {
+                        msg.push_str(&format!(", {} tickets so far", st.next_ticket));
+                    }
+                }
+                self.ui.progress(&msg, false);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            self.ui
+                .progress(&format!("{}: collecting results", kind.label()), false);
+            let grants = collect(children)?;
+            self.ui.line(&format!(
+                "   {}",
+                stats(kind, &grants, n, start + gap * (n as u64 - 1), end)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Step 3: SIGKILL a fairlock holder while two workers wait.
+    fn crash(&self) -> Result<(), Failure> {
+        self.ui.line("\n3. Crash: a fairlock holder is killed with SIGKILL while w1 and w2 wait (each then holds 20 ms).");
+        self.ui.progress("fairlock: holder taking the lock", true);
+        let mut holder = self.spawn(Kind::Fair, "hold", &[])?;
+        let mut line = String::new();
+        if let Some(out) = holder.stdout.take() {
+            let _ = BufReader::new(out).read_line(&mut line);
+        }
+        let token: u64 = line
+            .strip_prefix("held ")
+            .and_then(|t| t.trim().parse().ok())
+            .ok_or_else(|| Failure::new(exit::SOFTWARE, "demo: the holder did not get the lock"))?;
+        let mut waiters = Vec::new();
+        for k in 0..2 {
+            waiters.push(self.spawn(Kind::Fair, "once", &["--hold-us".into(), "20000".into()])?);
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while self.queued(Kind::Fair) < k + 1 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        self.ui.progress("fairlock: killing the holder", true);
+        let killed = now_ns();
+        holder.kill().map_err(io_fail("killing the holder"))?;
+        let _ = holder.wait();
+        let grants = collect(waiters)?;
+        let ms = |g: &Grant| (g.grant.saturating_sub(killed)) as f64 / 1e6;
+        let (w1, w2) = (grants[0], grants[1]);
+        self.ui.line(&format!(
+            "   killed the holder (pid {}, token {token}) at t=0\n   \
+             w1 got the lock at t={:.2} ms with token {}, owner_died() = {}\n   \
+             w2 got the lock at t={:.2} ms with token {}, owner_died() = {} (after w1's 20 ms turn)\n   \
+             (flock(2) also frees a dead holder's lock, but the next holder cannot tell it died.)",
+            holder.id(),
+            ms(&w1),
+            w1.token,
+            w1.died,
+            ms(&w2),
+            w2.token,
+            w2.died,
+        ));
+        Ok(())
+    }
+}
+
+/// Waits for the workers and parses their grants (worker index = position in `children`).
+fn collect(children: Vec<Child>) -> Result<Vec<Grant>, Failure> {
+    let mut grants = Vec::new();
+    for (worker, mut child) in children.into_iter().enumerate() {
+        let mut text = String::new();
+        if let Some(mut out) = child.stdout.take() {
+            out.read_to_string(&mut text)
+                .map_err(io_fail("reading a worker"))?;
+        }
+        let status = child.wait().map_err(io_fail("waiting for a worker"))?;
+        if !status.success() {
+            return Err(Failure::new(
+                exit::SOFTWARE,
+                format!("demo: worker w{} failed: {status}", worker + 1),
+            ));
+        }
+        for l in text.lines() {
+            let f: Vec<u64> = l.split(' ').filter_map(|x| x.parse().ok()).collect();
+            if let [req, grant, token, died] = f[..] {
+                grants.push(Grant {
+                    worker,
+                    req,
+                    grant,
+                    token,
+                    died: died != 0,
+                });
+            }
+        }
+    }
+    Ok(grants)
+}
+
+/// For each grant (in the given order): how many requests made after it were granted before it.
+fn overtakes(grants: &[Grant]) -> Vec<usize> {
+    let n = grants.len();
+    let mut by_req: Vec<usize> = (0..n).collect();
+    by_req.sort_by_key(|&i| (grants[i].req, grants[i].grant));
+    let mut by_grant: Vec<usize> = (0..n).collect();
+    by_grant.sort_by_key(|&i| (grants[i].grant, grants[i].req));
+    let mut rank = vec![0; n];
+    for (r, &i) in by_grant.iter().enumerate() {
+        rank[i] = r;
+    }
+    // Fenwick tree over grant ranks of the requests seen so far (latest first).
+    let mut tree = vec![0usize; n + 1];
+    let mut result = vec![0; n];
+    for &i in by_req.iter().rev() {
+        let mut r = rank[i];
+        let mut count = 0;
+        while r > 0 {
+            count += tree[r];
+            r &= r - 1;
+        }
+        result[i] = count;
+        let mut r = rank[i] + 1;
+        while r <= n {
+            tree[r] += 1;
+            r += r & r.wrapping_neg();
+        }
+    }
+    result
+}
+
+fn fmt_ns(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2}s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.0}us", ns as f64 / 1e3)
+    }
+}
+
+/// One table row of step 2.
+fn stats(kind: Kind, grants: &[Grant], workers: usize, all_present: u64, end: u64) -> String {
+    if grants.is_empty() {
+        return format!("{:<9} no grants", kind.label());
+    }
+    let ov = overtakes(grants);
+    let late = ov.iter().filter(|o| **o > 0).count();
+    let max_ov = ov.iter().max().copied().unwrap_or(0);
+    let mut waits: Vec<u64> = grants
+        .iter()
+        .map(|g| g.grant.saturating_sub(g.req))
+        .collect();
+    waits.sort_unstable();
+    let pct = |p: f64| waits[((waits.len() - 1) as f64 * p).round() as usize];
+    let mean = waits.iter().sum::<u64>() / waits.len() as u64;
+    let mut share = vec![0u64; workers];
+    for g in grants
+        .iter()
+        .filter(|g| g.req >= all_present && g.req < end)
+    {
+        share[g.worker] += 1;
+    }
+    let (max, min) = (
+        share.iter().max().copied().unwrap_or(0),
+        share.iter().min().copied().unwrap_or(0),
+    );
+    let ratio = if min == 0 {
+        "inf".to_string()
+    } else {
+        format!("{:.2}", max as f64 / min as f64)
+    };
+    format!(
+        "{:<9} {:>8} {:>20} {:>8} {:>8} {:>8} {:>8}  {max}/{min} = {ratio}",
+        kind.label(),
+        grants.len(),
+        format!(
+            "{late} ({:.1}%, {max_ov})",
+            100.0 * late as f64 / grants.len() as f64
+        ),
+        fmt_ns(pct(0.5)),
+        fmt_ns(pct(0.99)),
+        fmt_ns(*waits.last().unwrap_or(&0)),
+        fmt_ns(mean),
+    )
+}
+
+/// Processes blocked in flock(2) on `path`, from /proc/locks.
+fn blocked_flocks(path: &Path) -> usize {
+    let Ok(ino) = std::fs::metadata(path).map(|m| m.ino()) else {
+        return 0;
+    };
+    let needle = format!(":{ino} ");
+    std::fs::read_to_string("/proc/locks").map_or(0, |s| {
+        s.lines()
+            .filter(|l| l.contains("->") && l.contains("FLOCK") && l.contains(&needle))
+            .count()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(req: u64, grant: u64) -> Grant {
+        Grant {
+            worker: 0,
+            req,
+            grant,
+            token: 0,
+            died: false,
+        }
+    }
+
+    #[test]
+    fn counts_overtakes() {
+        // requests 1,2,3 granted in order 3,1,2: the first two were overtaken once each.
+        assert_eq!(overtakes(&[g(1, 20), g(2, 30), g(3, 10)]), vec![1, 1, 0]);
+        assert_eq!(overtakes(&[g(1, 10), g(2, 20), g(3, 30)]), vec![0, 0, 0]);
+    }
+}

@@ -1,0 +1,195 @@
+//! `fairlock status`: a read-only snapshot of a lock file, as text or JSON.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use fairlock::{Status, TicketInfo};
+
+use crate::exit::Failure;
+use crate::secs::human;
+use crate::{StatusArgs, out};
+
+pub const AFTER_HELP: &str = "\
+Examples:
+  fairlock status /tmp/job.lock
+  fairlock status --json /tmp/job.lock | jq .owner_pid
+
+The file is only read (never locked, created or modified). JSON fields: path, held,
+owner_pid, owner_tid, token, next_ticket, waiters (count), arriving, lease_remaining_ms,
+holder {ticket, token, state, pid, tid, held_ms, lease_remaining_ms, owner_died} or null,
+queue [{ticket, token, state, pid, tid, waited_ms}]; unknown numbers are null.
+
+Exit status: 0; 65 not a lock file (or corrupt/incompatible); 66 cannot open (missing,
+unreadable, not a regular file); 64 usage.";
+
+pub fn main(a: &StatusArgs) -> Result<u8, Failure> {
+    let path = a.lockfile.as_path();
+    let mut st = fairlock::inspect(path).map_err(|e| Failure::open(path, &e))?;
+    if let Some(h) = st.holder.as_mut() {
+        h.elapsed = h.elapsed.filter(|d| !unstamped(*d));
+    }
+    out(&if a.json { json(&st) } else { text(&st) });
+    Ok(0)
+}
+
+/// The library does not stamp the start time of an uncontended grant (its `since` stays 0),
+/// so `inspect` then reports the time since boot: treat that as unknown.
+fn unstamped(elapsed: Duration) -> bool {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    let now = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+    now.saturating_sub(elapsed) < Duration::from_secs(2)
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "?".to_string(), |v| v.to_string())
+}
+
+fn text(st: &Status) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "lock file:      {}", st.path.display());
+    match &st.holder {
+        Some(h) => {
+            let _ = write!(
+                s,
+                "holder:         pid {}, thread {}, held for {}, token {}",
+                opt(h.pid),
+                opt(h.tid),
+                h.elapsed.map_or_else(|| "?".into(), human),
+                h.token
+            );
+            match h.lease_remaining {
+                Some(d) if d.is_zero() => s.push_str(", lease expired (may be taken over)"),
+                Some(d) => {
+                    let _ = write!(s, ", lease left {}", human(d));
+                }
+                None => s.push_str(", no lease"),
+            }
+            if h.state != "held" {
+                let _ = write!(s, " ({})", h.state);
+            }
+            s.push('\n');
+            if h.owner_died {
+                s.push_str("                the previous holder died or was taken over\n");
+            }
+        }
+        None => s.push_str("holder:         none (free)\n"),
+    }
+    let _ = writeln!(s, "tickets issued: {}", st.next_ticket);
+    let _ = writeln!(
+        s,
+        "token:          {}{}",
+        st.token(),
+        if st.holder.is_some() {
+            ""
+        } else {
+            " (the next grant's, at least)"
+        }
+    );
+    let _ = write!(s, "waiters:        {}", st.waiters.len());
+    if st.arriving > 0 {
+        let _ = write!(s, " (+{} arriving)", st.arriving);
+    }
+    s.push('\n');
+    for (i, w) in st.waiters.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "  {:>3}. ticket {:<6} pid {:<8} thread {:<8} waiting {} ({})",
+            i + 1,
+            w.ticket,
+            opt(w.pid),
+            opt(w.tid),
+            w.elapsed.map_or_else(|| "?".into(), human),
+            w.state
+        );
+    }
+    s
+}
+
+fn num<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "null".to_string(), |v| v.to_string())
+}
+
+fn ms(d: Option<Duration>) -> String {
+    num(d.map(|d| d.as_millis()))
+}
+
+/// A JSON string literal.
+fn string(v: &str) -> String {
+    let mut s = String::with_capacity(v.len() + 2);
+    s.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
+fn holder(h: &TicketInfo) -> String {
+    format!(
+        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"held_ms\":{},\"lease_remaining_ms\":{},\"owner_died\":{}}}",
+        h.ticket,
+        h.token,
+        string(h.state),
+        num(h.pid),
+        num(h.tid),
+        ms(h.elapsed),
+        ms(h.lease_remaining),
+        h.owner_died
+    )
+}
+
+fn waiter(w: &TicketInfo) -> String {
+    format!(
+        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"waited_ms\":{}}}",
+        w.ticket,
+        w.token,
+        string(w.state),
+        num(w.pid),
+        num(w.tid),
+        ms(w.elapsed)
+    )
+}
+
+fn json(st: &Status) -> String {
+    let h = st.holder.as_ref();
+    let queue: Vec<String> = st.waiters.iter().map(waiter).collect();
+    format!(
+        "{{\"path\":{},\"held\":{},\"owner_pid\":{},\"owner_tid\":{},\"token\":{},\"next_ticket\":{},\"waiters\":{},\"arriving\":{},\"lease_remaining_ms\":{},\"holder\":{},\"queue\":[{}]}}\n",
+        string(&st.path.to_string_lossy()),
+        h.is_some(),
+        num(h.and_then(|h| h.pid)),
+        num(h.and_then(|h| h.tid)),
+        st.token(),
+        st.next_ticket,
+        st.waiters.len(),
+        st.arriving,
+        ms(h.and_then(|h| h.lease_remaining)),
+        h.map_or_else(|| "null".to_string(), holder),
+        queue.join(",")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::string;
+
+    #[test]
+    fn escapes_json_strings() {
+        assert_eq!(string("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
+    }
+}
