@@ -1,0 +1,453 @@
+//! Opening files that are not (valid) lock files: refused with the right error and left
+//! byte-for-byte untouched; empty and half-initialised files are initialised; options and
+//! paths are checked; concurrent creation of one file by many processes is safe.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Gate, Shm, TempDir, Worker, racy_increment, role, wait_all};
+use fairlock::{Error, FairLock, FairRLock};
+
+const MAGIC: &[u8; 8] = b"FAIRLOCK";
+const MAGIC_PENDING: &[u8; 8] = b"FAIRLOC?";
+const HEADER_SIZE: usize = 192;
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+/// Creates a valid lock file at `path` (used once, then closed) and returns its bytes.
+fn valid_file(path: &Path) -> Vec<u8> {
+    {
+        let lock = FairLock::open(path).expect("create lock file");
+        drop(lock.lock().expect("lock"));
+    }
+    fs::read(path).expect("read lock file")
+}
+
+/// Checks the header of a freshly initialised file with default geometry.
+fn assert_initialised(path: &Path, slots: u32, participants: u32) {
+    let b = fs::read(path).expect("read");
+    assert!(b.len() >= HEADER_SIZE, "{} bytes", b.len());
+    assert_eq!(&b[0..8], MAGIC, "magic");
+    assert_eq!(u32_at(&b, 8), 1, "version");
+    assert_eq!(u32_at(&b, 12), HEADER_SIZE as u32, "header_size");
+    assert_eq!(u64_at(&b, 16), b.len() as u64, "file_size field vs length");
+    assert_eq!(u32_at(&b, 24), slots, "slot_count");
+    assert_eq!(u32_at(&b, 28), participants, "participant_count");
+    // Participant table right after the header, slots 64-aligned after it.
+    let slots_offset = (HEADER_SIZE + participants as usize * 32).div_ceil(64) * 64;
+    assert_eq!(b.len(), slots_offset + slots as usize * 64, "file size");
+}
+
+/// Opening `path` must fail with an error `check` accepts, and the file must be unchanged;
+/// `inspect` too.
+fn assert_refused(path: &Path, what: &str, check: impl Fn(&Error) -> bool) {
+    let before = fs::read(path).expect("read before");
+    let before_mode = fs::metadata(path).unwrap().permissions().mode();
+    match FairLock::open(path) {
+        Ok(_) => panic!("{what}: opened"),
+        Err(e) => {
+            assert!(check(&e), "{what}: wrong error {e:?}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&path.display().to_string()),
+                "{what}: message does not name the file: {msg}"
+            );
+        }
+    }
+    match FairRLock::open(path) {
+        Ok(_) => panic!("{what}: opened as FairRLock"),
+        Err(e) => assert!(check(&e), "{what}: FairRLock: wrong error {e:?}"),
+    }
+    match fairlock::inspect(path) {
+        Ok(st) => panic!("{what}: inspect succeeded: {st:?}"),
+        Err(e) => assert!(check(&e), "{what}: inspect: wrong error {e:?}"),
+    }
+    let after = fs::read(path).expect("read after");
+    assert_eq!(before.len(), after.len(), "{what}: length changed");
+    assert!(before == after, "{what}: contents changed");
+    assert_eq!(
+        fs::metadata(path).unwrap().permissions().mode(),
+        before_mode,
+        "{what}: mode changed"
+    );
+}
+
+fn is_not_a_lock_file(path: &Path) -> impl Fn(&Error) -> bool + '_ {
+    move |e| matches!(e, Error::NotALockFile { path: p } if p == path)
+}
+
+fn is_corrupt(path: &Path) -> impl Fn(&Error) -> bool + '_ {
+    move |e| matches!(e, Error::Corrupt { path: p, .. } if p == path)
+}
+
+/// A small deterministic pseudo-random generator (xorshift64*).
+fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            seed ^= seed >> 12;
+            seed ^= seed << 25;
+            seed ^= seed >> 27;
+            (seed.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn foreign_files_are_refused_untouched() {
+    let dir = TempDir::new("bad-foreign");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("text", b"hello, this is not a lock file\n".to_vec()),
+        ("random-200", random_bytes(200, 0x1234_5678_9abc_def1)),
+        ("zeros-1MiB", vec![0u8; 1 << 20]),
+        ("one-byte", vec![b'F']),
+        ("near-magic", {
+            let mut v = b"FAIRLOCX".to_vec();
+            v.extend(random_bytes(300, 7));
+            v
+        }),
+    ];
+    for (name, bytes) in cases {
+        assert!(bytes.len() < 8 || &bytes[..8] != MAGIC);
+        let path = dir.join(name);
+        fs::write(&path, &bytes).unwrap();
+        assert_refused(&path, name, is_not_a_lock_file(&path));
+        assert_eq!(fs::read(&path).unwrap(), bytes, "{name}");
+    }
+}
+
+#[test]
+fn empty_file_is_initialised_and_usable() {
+    let dir = TempDir::new("bad-empty");
+    let path = dir.join("empty");
+    fs::write(&path, b"").unwrap();
+    let lock = FairLock::open(&path).expect("open empty file");
+    assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    let g = lock.lock().expect("lock");
+    assert!(g.token() >= 1);
+    assert!(!g.owner_died());
+    let st = fairlock::inspect(&path).expect("inspect");
+    assert_eq!(st.holder.as_ref().map(|h| h.token), Some(g.token()));
+    drop(g);
+    // A newly created file looks the same.
+    let fresh = dir.join("fresh");
+    drop(FairLock::open(&fresh).expect("create"));
+    assert_initialised(&fresh, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    // Non-default geometry is honoured on creation.
+    let small = dir.join("small");
+    drop(
+        FairLock::options()
+            .slots(4)
+            .participants(8)
+            .open(&small)
+            .expect("create small"),
+    );
+    assert_initialised(&small, 4, 8);
+    // ...and an existing file keeps its own geometry.
+    drop(FairLock::options().slots(16).open(&small).expect("reopen small"));
+    assert_initialised(&small, 4, 8);
+}
+
+#[test]
+fn truncated_or_extended_lock_file_is_corrupt_and_untouched() {
+    let dir = TempDir::new("bad-truncated");
+    let model = dir.join("model");
+    let bytes = valid_file(&model);
+    let len = bytes.len();
+    let slots_offset = u32_at(&bytes, 36) as usize;
+    assert!(slots_offset > HEADER_SIZE && slots_offset < len);
+    // Fewer than 8 bytes cannot even carry the magic: not recognisable as ours.
+    for cut in [1usize, 7] {
+        let path = dir.join(&format!("cut-{cut}"));
+        fs::write(&path, &bytes).unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(cut as u64)
+            .unwrap();
+        assert_refused(&path, &format!("cut {cut}"), |e| {
+            matches!(e, Error::NotALockFile { .. } | Error::Corrupt { .. })
+        });
+    }
+    for cut in [
+        8,
+        12,
+        16,
+        100,
+        HEADER_SIZE - 1,
+        HEADER_SIZE,
+        HEADER_SIZE + 40,
+        slots_offset - 1,
+        slots_offset,
+        slots_offset + 100,
+        len - 64,
+        len - 1,
+    ] {
+        let path = dir.join(&format!("cut-{cut}"));
+        fs::write(&path, &bytes).unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(cut as u64)
+            .unwrap();
+        assert_refused(&path, &format!("cut {cut} of {len}"), is_corrupt(&path));
+    }
+    for extra in [1usize, 4096] {
+        let path = dir.join(&format!("extended-{extra}"));
+        let mut b = bytes.clone();
+        b.extend(std::iter::repeat_n(0u8, extra));
+        fs::write(&path, &b).unwrap();
+        assert_refused(&path, &format!("{extra} bytes too long"), is_corrupt(&path));
+    }
+}
+
+#[test]
+fn bad_geometry_is_corrupt_and_untouched() {
+    let dir = TempDir::new("bad-geometry");
+    let bytes = valid_file(&dir.join("model"));
+    let patch = |name: &str, off: usize, val: &[u8]| {
+        let path = dir.join(name);
+        let mut b = bytes.clone();
+        b[off..off + val.len()].copy_from_slice(val);
+        fs::write(&path, &b).unwrap();
+        assert_refused(&path, name, is_corrupt(&path));
+    };
+    patch("slots-3", 24, &3u32.to_le_bytes());
+    patch("slots-0", 24, &0u32.to_le_bytes());
+    patch("slots-512", 24, &512u32.to_le_bytes()); // valid count, but not this file's size
+    patch("participants-0", 28, &0u32.to_le_bytes());
+    patch("header-size-100", 12, &100u32.to_le_bytes());
+    patch("file-size", 16, &(bytes.len() as u64 + 64).to_le_bytes());
+    patch("slots-offset", 36, &0u32.to_le_bytes());
+}
+
+#[test]
+fn newer_version_is_incompatible_and_untouched() {
+    let dir = TempDir::new("bad-version");
+    let bytes = valid_file(&dir.join("model"));
+    for v in [0u32, 2, u32::MAX] {
+        let path = dir.join(&format!("v{v}"));
+        let mut b = bytes.clone();
+        b[8..12].copy_from_slice(&v.to_le_bytes());
+        fs::write(&path, &b).unwrap();
+        assert_refused(&path, &format!("version {v}"), |e| {
+            matches!(e, Error::Incompatible { path: p, .. } if p == &path)
+        });
+    }
+}
+
+#[test]
+fn invalid_paths() {
+    let dir = TempDir::new("bad-paths");
+    let is_invalid_path = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: &Error| matches!(e, Error::InvalidPath { path, .. } if *path == p)
+    };
+    // A directory.
+    let d = dir.join("a-directory");
+    fs::create_dir(&d).unwrap();
+    let e = FairLock::open(&d).expect_err("directory");
+    assert!(is_invalid_path(&d)(&e), "{e:?}");
+    assert!(e.to_string().contains(&d.display().to_string()), "{e}");
+    assert!(d.is_dir());
+    // A symbolic link to a valid lock file.
+    let target = dir.join("target");
+    let bytes = valid_file(&target);
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let e = FairLock::open(&link).expect_err("symlink");
+    assert!(is_invalid_path(&link)(&e), "{e:?}");
+    assert!(e.to_string().contains(&link.display().to_string()), "{e}");
+    let e = fairlock::inspect(&link).expect_err("inspect symlink");
+    assert!(is_invalid_path(&link)(&e), "{e:?}");
+    assert_eq!(fs::read(&target).unwrap(), bytes);
+    // A dangling symbolic link: nothing is created at its target.
+    let dangling = dir.join("dangling");
+    let nowhere = dir.join("nowhere");
+    std::os::unix::fs::symlink(&nowhere, &dangling).unwrap();
+    let e = FairLock::open(&dangling).expect_err("dangling symlink");
+    assert!(is_invalid_path(&dangling)(&e), "{e:?}");
+    assert!(!nowhere.exists(), "created the link's target");
+    // A device.
+    let null = Path::new("/dev/null");
+    let e = FairLock::open(null).expect_err("/dev/null");
+    assert!(is_invalid_path(null)(&e), "{e:?}");
+    assert!(e.to_string().contains("/dev/null"), "{e}");
+}
+
+#[test]
+fn pending_magic_file_is_reinitialised() {
+    let dir = TempDir::new("bad-pending");
+    // A full-size file whose creator died before writing the real magic.
+    let path = dir.join("pending-full");
+    let mut bytes = valid_file(&path);
+    bytes[..8].copy_from_slice(MAGIC_PENDING);
+    fs::write(&path, &bytes).unwrap();
+    let lock = FairLock::open(&path).expect("open pending file");
+    assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    drop(lock.lock().expect("lock"));
+    drop(lock.try_lock().expect("try_lock"));
+    // A creator that died after writing only part of the image.
+    let path = dir.join("pending-short");
+    let mut short = MAGIC_PENDING.to_vec();
+    short.extend(random_bytes(92, 99));
+    fs::write(&path, &short).unwrap();
+    let lock = FairLock::open(&path).expect("open short pending file");
+    assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    let g = lock.lock().expect("lock");
+    assert!(fairlock::inspect(&path).unwrap().holder.is_some());
+    drop(g);
+    // Pending with garbage all over the (full-size) state.
+    let path = dir.join("pending-garbage");
+    let mut garbage = random_bytes(bytes.len(), 5);
+    garbage[..8].copy_from_slice(MAGIC_PENDING);
+    fs::write(&path, &garbage).unwrap();
+    let lock = FairLock::open(&path).expect("open garbage pending file");
+    assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    let g = lock.lock_timeout(Duration::from_secs(5)).expect("lock");
+    drop(g);
+}
+
+#[test]
+fn create_false_on_missing_file_is_not_found() {
+    let dir = TempDir::new("bad-missing");
+    let path = dir.join("missing");
+    let e = FairLock::options()
+        .create(false)
+        .open(&path)
+        .expect_err("missing file");
+    match &e {
+        Error::Io { path: p, source, .. } => {
+            assert_eq!(p, &path);
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound, "{e:?}");
+        }
+        other => panic!("expected Io/NotFound, got {other:?}"),
+    }
+    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    assert!(std::error::Error::source(&e).is_some());
+    assert!(!path.exists(), "created despite create(false)");
+    // inspect never creates either.
+    assert!(matches!(fairlock::inspect(&path), Err(Error::Io { .. })));
+    assert!(!path.exists());
+    // create(false) on an existing lock file works.
+    valid_file(&path);
+    drop(FairLock::options().create(false).open(&path).expect("existing"));
+}
+
+#[test]
+fn permissions_of_created_files() {
+    let dir = TempDir::new("bad-mode");
+    let umask = common::umask();
+    let path = dir.join("default");
+    drop(FairLock::open(&path).expect("create"));
+    let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600 & !umask, "default mode (umask {umask:o})");
+    assert_eq!(mode & 0o077, 0, "group/other bits on a default lock file: {mode:o}");
+    let path = dir.join("mode-640");
+    drop(FairLock::options().mode(0o640).open(&path).expect("create 640"));
+    let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640 & !umask, "mode(0o640) (umask {umask:o})");
+    // The mode applies to creation only.
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o604)).unwrap();
+    drop(FairLock::options().mode(0o600).open(&path).expect("reopen"));
+    assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o604);
+}
+
+#[test]
+fn invalid_options() {
+    let dir = TempDir::new("bad-options");
+    let invalid = |r: fairlock::Result<FairLock>, what: &str| match r {
+        Err(Error::InvalidOption { what: w }) => {
+            assert!(!w.is_empty());
+            let msg = Error::InvalidOption { what: w }.to_string();
+            assert!(msg.contains("invalid option"), "{msg}");
+        }
+        other => panic!("{what}: expected InvalidOption, got {other:?}"),
+    };
+    invalid(FairLock::options().slots(3).open(dir.join("s3")), "slots(3)");
+    invalid(FairLock::options().slots(0).open(dir.join("s0")), "slots(0)");
+    invalid(FairLock::options().slots(1).open(dir.join("s1")), "slots(1)");
+    invalid(
+        FairLock::options().participants(0).open(dir.join("p0")),
+        "participants(0)",
+    );
+    invalid(
+        FairLock::options().participants(5000).open(dir.join("p5000")),
+        "participants(5000)",
+    );
+    invalid(
+        FairLock::options().lease(Duration::ZERO).open(dir.join("lease0")),
+        "lease(0)",
+    );
+    assert!(matches!(
+        FairLock::options().lease(Duration::ZERO).open_rlock(dir.join("rlease0")),
+        Err(Error::InvalidOption { .. })
+    ));
+    // A refused creation leaves nothing that breaks a later, valid open.
+    let lock = FairLock::open(dir.join("s3")).expect("open after refused creation");
+    drop(lock.lock().expect("lock"));
+    assert_initialised(
+        &dir.join("s3"),
+        fairlock::DEFAULT_SLOTS,
+        fairlock::DEFAULT_PARTICIPANTS,
+    );
+}
+
+#[test]
+fn concurrent_creation_by_many_processes() {
+    const PROCS: usize = 8;
+    const ITERS: u64 = 200;
+    if role().is_some() {
+        let gate = Gate::open(common::env("FL_GATE").as_ref());
+        let shm = Shm::open(common::env("FL_SHM").as_ref());
+        gate.arrive_and_wait();
+        let lock = FairLock::open(common::env("FL_LOCK")).expect("concurrent open");
+        for _ in 0..ITERS {
+            let _g = lock.lock().expect("lock");
+            racy_increment(&shm, 0, 10);
+        }
+        return;
+    }
+    for round in 0..3 {
+        let dir = TempDir::new("bad-concurrent-create");
+        let path = dir.join("new.lock");
+        let shm_path = dir.join("shm");
+        let gate_path = dir.join("gate");
+        let shm = Shm::create(&shm_path, 1);
+        let gate = Gate::create(&gate_path);
+        let env = [
+            ("FL_LOCK", path.display().to_string()),
+            ("FL_SHM", shm_path.display().to_string()),
+            ("FL_GATE", gate_path.display().to_string()),
+        ];
+        let mut workers: Vec<Worker> = (0..PROCS)
+            .map(|i| {
+                Worker::spawn(
+                    dir.path(),
+                    "concurrent_creation_by_many_processes",
+                    "create",
+                    &format!("r{round}w{i}"),
+                    &env,
+                )
+            })
+            .collect();
+        assert!(!path.exists());
+        gate.open_when_arrived(PROCS as u64, &mut workers);
+        wait_all(&mut workers, Duration::from_secs(60));
+        assert_eq!(shm.read(0), PROCS as u64 * ITERS, "round {round}");
+        assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+        let st = fairlock::inspect(&path).expect("inspect");
+        assert!(st.holder.is_none() && st.waiters.is_empty(), "{st:?}");
+    }
+}
