@@ -253,7 +253,7 @@ pub fn main(a: &DemoArgs) -> Result<u8, Failure> {
             arrival_gap: Duration::from_millis(20),
             contention: Duration::from_millis(1000),
             hold_us: 20,
-            think_us: 20,
+            think_us: 0,
         }
     } else {
         Config {
@@ -261,7 +261,7 @@ pub fn main(a: &DemoArgs) -> Result<u8, Failure> {
             arrival_gap: Duration::from_millis(40),
             contention: Duration::from_millis(4000),
             hold_us: 20,
-            think_us: 20,
+            think_us: 0,
         }
     };
     let dir = DemoDir::create().map_err(io_fail("creating the demo directory"))?;

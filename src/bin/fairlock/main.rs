@@ -145,6 +145,13 @@ fn usage_error(e: &clap::Error) -> ExitCode {
             let _ = e.print();
             ExitCode::SUCCESS
         }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "fairlock: missing subcommand: run, status or demo (see 'fairlock --help')"
+            );
+            ExitCode::from(exit::USAGE)
+        }
         _ => {
             let _ = writeln!(
                 std::io::stderr(),
