@@ -423,10 +423,10 @@ impl Demo {
                     kind.label(),
                     done.min(1.0) * 100.0
                 );
-                if kind == Kind::Fair {
-                    if let Ok(st) = fairlock::inspect(&self.fair) {
-                        msg.push_str(&format!(", {} tickets so far", st.next_ticket));
-                    }
+                if kind == Kind::Fair
+                    && let Ok(st) = fairlock::inspect(&self.fair)
+                {
+                    msg.push_str(&format!(", {} tickets so far", st.next_ticket));
                 }
                 self.ui.progress(&msg, false);
                 std::thread::sleep(Duration::from_millis(100));

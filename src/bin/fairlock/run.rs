@@ -105,12 +105,12 @@ fn acquire<'a>(lock: &'a FairLock, a: &RunArgs) -> Result<LockGuard<'a>, Failure
             e => Failure::locking(path, &e),
         });
     }
-    if a.verbose {
-        if let Ok(st) = fairlock::inspect(path) {
-            let ahead = st.waiters.len() as u64 + u64::from(st.holder.is_some()) + st.arriving;
-            if ahead > 0 {
-                eprintln!("fairlock: waiting for {} ({ahead} ahead)", path.display());
-            }
+    if a.verbose
+        && let Ok(st) = fairlock::inspect(path)
+    {
+        let ahead = st.waiters.len() as u64 + u64::from(st.holder.is_some()) + st.arriving;
+        if ahead > 0 {
+            eprintln!("fairlock: waiting for {} ({ahead} ahead)", path.display());
         }
     }
     match a.wait {
