@@ -131,7 +131,11 @@ fn empty_file_is_initialised_and_usable() {
     let path = dir.join("empty");
     fs::write(&path, b"").unwrap();
     let lock = FairLock::open(&path).expect("open empty file");
-    assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    assert_initialised(
+        &path,
+        fairlock::DEFAULT_SLOTS,
+        fairlock::DEFAULT_PARTICIPANTS,
+    );
     let g = lock.lock().expect("lock");
     assert!(g.token() >= 1);
     assert!(!g.owner_died());
@@ -141,7 +145,11 @@ fn empty_file_is_initialised_and_usable() {
     // A newly created file looks the same.
     let fresh = dir.join("fresh");
     drop(FairLock::open(&fresh).expect("create"));
-    assert_initialised(&fresh, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    assert_initialised(
+        &fresh,
+        fairlock::DEFAULT_SLOTS,
+        fairlock::DEFAULT_PARTICIPANTS,
+    );
     // Non-default geometry is honoured on creation.
     let small = dir.join("small");
     drop(
@@ -153,7 +161,12 @@ fn empty_file_is_initialised_and_usable() {
     );
     assert_initialised(&small, 4, 8);
     // ...and an existing file keeps its own geometry.
-    drop(FairLock::options().slots(16).open(&small).expect("reopen small"));
+    drop(
+        FairLock::options()
+            .slots(16)
+            .open(&small)
+            .expect("reopen small"),
+    );
     assert_initialised(&small, 4, 8);
 }
 
@@ -241,9 +254,11 @@ fn newer_version_is_incompatible_and_untouched() {
         let mut b = bytes.clone();
         b[8..12].copy_from_slice(&v.to_le_bytes());
         fs::write(&path, &b).unwrap();
-        assert_refused(&path, &format!("version {v}"), |e| {
-            matches!(e, Error::Incompatible { path: p, .. } if p == &path)
-        });
+        assert_refused(
+            &path,
+            &format!("version {v}"),
+            |e| matches!(e, Error::Incompatible { path: p, .. } if p == &path),
+        );
     }
 }
 
@@ -295,7 +310,11 @@ fn pending_magic_file_is_reinitialised() {
     bytes[..8].copy_from_slice(MAGIC_PENDING);
     fs::write(&path, &bytes).unwrap();
     let lock = FairLock::open(&path).expect("open pending file");
-    assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    assert_initialised(
+        &path,
+        fairlock::DEFAULT_SLOTS,
+        fairlock::DEFAULT_PARTICIPANTS,
+    );
     drop(lock.lock().expect("lock"));
     drop(lock.try_lock().expect("try_lock"));
     // A creator that died after writing only part of the image.
@@ -304,7 +323,11 @@ fn pending_magic_file_is_reinitialised() {
     short.extend(random_bytes(92, 99));
     fs::write(&path, &short).unwrap();
     let lock = FairLock::open(&path).expect("open short pending file");
-    assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    assert_initialised(
+        &path,
+        fairlock::DEFAULT_SLOTS,
+        fairlock::DEFAULT_PARTICIPANTS,
+    );
     let g = lock.lock().expect("lock");
     assert!(fairlock::inspect(&path).unwrap().holder.is_some());
     drop(g);
@@ -314,7 +337,11 @@ fn pending_magic_file_is_reinitialised() {
     garbage[..8].copy_from_slice(MAGIC_PENDING);
     fs::write(&path, &garbage).unwrap();
     let lock = FairLock::open(&path).expect("open garbage pending file");
-    assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+    assert_initialised(
+        &path,
+        fairlock::DEFAULT_SLOTS,
+        fairlock::DEFAULT_PARTICIPANTS,
+    );
     let g = lock.lock_timeout(Duration::from_secs(5)).expect("lock");
     drop(g);
 }
@@ -328,7 +355,9 @@ fn create_false_on_missing_file_is_not_found() {
         .open(&path)
         .expect_err("missing file");
     match &e {
-        Error::Io { path: p, source, .. } => {
+        Error::Io {
+            path: p, source, ..
+        } => {
             assert_eq!(p, &path);
             assert_eq!(source.kind(), std::io::ErrorKind::NotFound, "{e:?}");
         }
@@ -342,7 +371,12 @@ fn create_false_on_missing_file_is_not_found() {
     assert!(!path.exists());
     // create(false) on an existing lock file works.
     valid_file(&path);
-    drop(FairLock::options().create(false).open(&path).expect("existing"));
+    drop(
+        FairLock::options()
+            .create(false)
+            .open(&path)
+            .expect("existing"),
+    );
 }
 
 #[test]
@@ -353,15 +387,27 @@ fn permissions_of_created_files() {
     drop(FairLock::open(&path).expect("create"));
     let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600 & !umask, "default mode (umask {umask:o})");
-    assert_eq!(mode & 0o077, 0, "group/other bits on a default lock file: {mode:o}");
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "group/other bits on a default lock file: {mode:o}"
+    );
     let path = dir.join("mode-640");
-    drop(FairLock::options().mode(0o640).open(&path).expect("create 640"));
+    drop(
+        FairLock::options()
+            .mode(0o640)
+            .open(&path)
+            .expect("create 640"),
+    );
     let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o640 & !umask, "mode(0o640) (umask {umask:o})");
     // The mode applies to creation only.
     fs::set_permissions(&path, fs::Permissions::from_mode(0o604)).unwrap();
     drop(FairLock::options().mode(0o600).open(&path).expect("reopen"));
-    assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o604);
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o604
+    );
 }
 
 #[test]
@@ -375,23 +421,38 @@ fn invalid_options() {
         }
         other => panic!("{what}: expected InvalidOption, got {other:?}"),
     };
-    invalid(FairLock::options().slots(3).open(dir.join("s3")), "slots(3)");
-    invalid(FairLock::options().slots(0).open(dir.join("s0")), "slots(0)");
-    invalid(FairLock::options().slots(1).open(dir.join("s1")), "slots(1)");
+    invalid(
+        FairLock::options().slots(3).open(dir.join("s3")),
+        "slots(3)",
+    );
+    invalid(
+        FairLock::options().slots(0).open(dir.join("s0")),
+        "slots(0)",
+    );
+    invalid(
+        FairLock::options().slots(1).open(dir.join("s1")),
+        "slots(1)",
+    );
     invalid(
         FairLock::options().participants(0).open(dir.join("p0")),
         "participants(0)",
     );
     invalid(
-        FairLock::options().participants(5000).open(dir.join("p5000")),
+        FairLock::options()
+            .participants(5000)
+            .open(dir.join("p5000")),
         "participants(5000)",
     );
     invalid(
-        FairLock::options().lease(Duration::ZERO).open(dir.join("lease0")),
+        FairLock::options()
+            .lease(Duration::ZERO)
+            .open(dir.join("lease0")),
         "lease(0)",
     );
     assert!(matches!(
-        FairLock::options().lease(Duration::ZERO).open_rlock(dir.join("rlease0")),
+        FairLock::options()
+            .lease(Duration::ZERO)
+            .open_rlock(dir.join("rlease0")),
         Err(Error::InvalidOption { .. })
     ));
     // A refused creation leaves nothing that breaks a later, valid open.
@@ -446,7 +507,11 @@ fn concurrent_creation_by_many_processes() {
         gate.open_when_arrived(PROCS as u64, &mut workers);
         wait_all(&mut workers, Duration::from_secs(60));
         assert_eq!(shm.read(0), PROCS as u64 * ITERS, "round {round}");
-        assert_initialised(&path, fairlock::DEFAULT_SLOTS, fairlock::DEFAULT_PARTICIPANTS);
+        assert_initialised(
+            &path,
+            fairlock::DEFAULT_SLOTS,
+            fairlock::DEFAULT_PARTICIPANTS,
+        );
         let st = fairlock::inspect(&path).expect("inspect");
         assert!(st.holder.is_none() && st.waiters.is_empty(), "{st:?}");
     }

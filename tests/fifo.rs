@@ -7,7 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Gate, Shm, TempDir, Worker, log_append, log_entries, role, wait_all, wait_for_waiters};
+use common::{
+    Gate, Shm, TempDir, Worker, log_append, log_entries, role, wait_all, wait_for_waiters,
+};
 use fairlock::FairLock;
 
 const PROCS: usize = 3;
@@ -150,7 +152,10 @@ fn staggered_processes_are_served_in_arrival_order() {
         // The newest waiter is the worker just started.
         assert_eq!(st.waiters[k].pid, Some(workers[k].pid()), "{st:?}");
     }
-    assert!(log_entries(&shm).is_empty(), "a waiter ran while the lock was held");
+    assert!(
+        log_entries(&shm).is_empty(),
+        "a waiter ran while the lock was held"
+    );
     drop(guard);
     wait_all(&mut workers, Duration::from_secs(30));
     let expected: Vec<u64> = (0..STAGGERED as u64).collect();
@@ -177,7 +182,10 @@ fn staggered_threads_are_served_in_arrival_order() {
         }));
         wait_for_waiters(&lock_path, k + 1, Duration::from_secs(20));
     }
-    assert!(log_entries(&shm).is_empty(), "a waiter ran while the lock was held");
+    assert!(
+        log_entries(&shm).is_empty(),
+        "a waiter ran while the lock was held"
+    );
     drop(guard);
     common::with_time_limit(Duration::from_secs(30), "staggered threads", move || {
         for t in threads {

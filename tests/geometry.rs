@@ -75,9 +75,13 @@ fn more_than_two_laps_of_waiters() {
     }
     std::thread::sleep(Duration::from_millis(100));
     drop(guard);
-    let results: Vec<_> = common::with_time_limit(Duration::from_secs(60), "4 waiters", move || {
-        threads.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
-    });
+    let results: Vec<_> =
+        common::with_time_limit(Duration::from_secs(60), "4 waiters", move || {
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect::<Vec<_>>()
+        });
     for r in &results {
         assert!(r.is_ok(), "a waiter failed: {results:?}");
     }
@@ -110,12 +114,32 @@ fn too_many_participants() {
         ("FL_LOCK", path.display().to_string()),
         ("FL_SHM", shm_path.display().to_string()),
     ];
-    let mut w = vec![Worker::spawn(dir.path(), "too_many_participants", "open", "full", &env)];
+    let mut w = vec![Worker::spawn(
+        dir.path(),
+        "too_many_participants",
+        "open",
+        "full",
+        &env,
+    )];
     wait_all(&mut w, Duration::from_secs(30));
-    assert_eq!(shm.atomic(RESULT).load(SeqCst), 2, "second process was let in");
+    assert_eq!(
+        shm.atomic(RESULT).load(SeqCst),
+        2,
+        "second process was let in"
+    );
     // Once this process closes the file, its entry is free for another process.
     drop(lock);
-    let mut w = vec![Worker::spawn(dir.path(), "too_many_participants", "open", "free", &env)];
+    let mut w = vec![Worker::spawn(
+        dir.path(),
+        "too_many_participants",
+        "open",
+        "free",
+        &env,
+    )];
     wait_all(&mut w, Duration::from_secs(30));
-    assert_eq!(shm.atomic(RESULT).load(SeqCst), 1, "entry not freed on close");
+    assert_eq!(
+        shm.atomic(RESULT).load(SeqCst),
+        1,
+        "entry not freed on close"
+    );
 }

@@ -23,7 +23,8 @@ fn inspect_shows_holder_and_waiters_of_other_processes() {
         let shm = Shm::open(common::env("FL_SHM").as_ref());
         if r == "holder" {
             let g = lock.lock().expect("lock");
-            shm.atomic(HOLDER_TID).store(u64::from(common::gettid()), SeqCst);
+            shm.atomic(HOLDER_TID)
+                .store(u64::from(common::gettid()), SeqCst);
             shm.atomic(FLAG).store(1, SeqCst);
             common::wait_until(Duration::from_secs(30), "release order", || {
                 shm.atomic(FLAG).load(SeqCst) == 2
@@ -57,7 +58,11 @@ fn inspect_shows_holder_and_waiters_of_other_processes() {
     let st = fairlock::inspect(&path).expect("inspect");
     let h = st.holder.clone().expect("a holder");
     assert_eq!(h.pid, Some(holder[0].pid()), "{st:?}");
-    assert_eq!(h.tid, Some(shm.atomic(HOLDER_TID).load(SeqCst) as u32), "{st:?}");
+    assert_eq!(
+        h.tid,
+        Some(shm.atomic(HOLDER_TID).load(SeqCst) as u32),
+        "{st:?}"
+    );
     assert_eq!(h.state, "held", "{st:?}");
     assert_eq!(h.token, h.ticket + 1);
     assert!(!h.owner_died);
@@ -78,7 +83,11 @@ fn inspect_shows_holder_and_waiters_of_other_processes() {
         wait_for_waiters(&path, id + 1, Duration::from_secs(20));
     }
     let st = fairlock::inspect(&path).expect("inspect");
-    assert_eq!(st.holder.as_ref().map(|h| h.ticket), Some(h.ticket), "{st:?}");
+    assert_eq!(
+        st.holder.as_ref().map(|h| h.ticket),
+        Some(h.ticket),
+        "{st:?}"
+    );
     assert_eq!(st.waiters.len(), WAITERS, "{st:?}");
     for (k, w) in st.waiters.iter().enumerate() {
         assert_eq!(w.ticket, h.ticket + 1 + k as u64, "ticket order: {st:?}");
@@ -185,7 +194,9 @@ fn inspect_waiter_elapsed_is_plausible() {
     std::thread::sleep(Duration::from_millis(50));
     let st = fairlock::inspect(&path).expect("inspect");
     let waited = t1.elapsed();
-    let e = st.waiters[0].elapsed.expect("a published waiter's elapsed is known");
+    let e = st.waiters[0]
+        .elapsed
+        .expect("a published waiter's elapsed is known");
     assert!(
         e <= waited + Duration::from_secs(1),
         "waiter elapsed {e:?}, but it has waited {waited:?}: {st:?}"

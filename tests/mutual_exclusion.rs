@@ -70,11 +70,19 @@ fn processes_and_threads_exclude_each_other() {
     gate.open_when_arrived((PROCS * THREADS) as u64, &mut workers);
     wait_all(&mut workers, Duration::from_secs(60));
     let total = PROCS as u64 * THREADS as u64 * ITERS;
-    assert_eq!(shm.read(0), total, "lost updates: the lock let two holders in");
+    assert_eq!(
+        shm.read(0),
+        total,
+        "lost updates: the lock let two holders in"
+    );
     assert_eq!(shm.read(1), 2 * total);
     // The lock is free again and tokens kept rising.
     let g = parent.try_lock().expect("free after all workers");
-    assert!(g.token() > total, "token {} after {total} grants", g.token());
+    assert!(
+        g.token() > total,
+        "token {} after {total} grants",
+        g.token()
+    );
 }
 
 #[test]

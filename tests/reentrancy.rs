@@ -34,7 +34,9 @@ fn nested_three_levels() {
     let next = fairlock::inspect(&path).unwrap().next_ticket;
     let mid = lock.lock().expect("mid");
     let inner = lock.try_lock().expect("inner (try_lock)");
-    let innermost = lock.lock_timeout(Duration::ZERO).expect("innermost (lock_timeout)");
+    let innermost = lock
+        .lock_timeout(Duration::ZERO)
+        .expect("innermost (lock_timeout)");
     assert_eq!(mid.token(), token);
     assert_eq!(inner.token(), token);
     assert_eq!(innermost.token(), token);
@@ -44,9 +46,15 @@ fn nested_three_levels() {
     assert!(st.waiters.is_empty());
     drop(innermost);
     drop(inner);
-    assert!(!free_for_others(&path), "released after inner guards dropped");
+    assert!(
+        !free_for_others(&path),
+        "released after inner guards dropped"
+    );
     mid.unlock().expect("unlock mid");
-    assert!(!free_for_others(&path), "released while the outer guard lives");
+    assert!(
+        !free_for_others(&path),
+        "released while the outer guard lives"
+    );
     outer.check().expect("still ours");
     assert_eq!(fairlock::inspect(&path).unwrap().next_ticket, next);
     outer.unlock().expect("unlock outer");
@@ -97,7 +105,10 @@ fn rlock_from_two_threads_second_waits() {
     wait_for_waiters(&path, 1, Duration::from_secs(20));
     drop(inner);
     std::thread::sleep(Duration::from_millis(50));
-    assert!(rx.try_recv().is_err(), "granted while the outer guard lives");
+    assert!(
+        rx.try_recv().is_err(),
+        "granted while the outer guard lives"
+    );
     drop(outer);
     let t2 = rx
         .recv_timeout(Duration::from_secs(10))
@@ -124,7 +135,10 @@ fn fair_lock_relock_would_deadlock() {
         Err(Error::WouldDeadlock)
     ));
     let st = fairlock::inspect(&path).unwrap();
-    assert_eq!(st.next_ticket, next, "a refused re-lock took a ticket: {st:?}");
+    assert_eq!(
+        st.next_ticket, next,
+        "a refused re-lock took a ticket: {st:?}"
+    );
     assert!(st.waiters.is_empty());
     g.check().expect("still ours");
     drop(g);

@@ -104,11 +104,18 @@ fn mixed_plain_and_timed_waiters_across_processes() {
     let ok = shm.atomic(OK).load(SeqCst);
     let timed_out = shm.atomic(TIMED_OUT).load(SeqCst);
     let total = (PROCS * THREADS) as u64 * ITERS;
-    assert_eq!(ok + timed_out, total, "every attempt ends in a grant or a timeout");
+    assert_eq!(
+        ok + timed_out,
+        total,
+        "every attempt ends in a grant or a timeout"
+    );
     assert_eq!(shm.read(COUNTER), ok, "lost update: two holders at once");
     assert_eq!(shm.atomic(PLAIN_OK).load(SeqCst), PROCS as u64 * ITERS);
     assert!(timed_out > 0, "no timeout expired (test too gentle)");
-    assert!(ok > PROCS as u64 * ITERS, "no timed waiter ever got the lock");
+    assert!(
+        ok > PROCS as u64 * ITERS,
+        "no timed waiter ever got the lock"
+    );
     eprintln!("timeouts: {ok} grants, {timed_out} timeouts");
     let st = fairlock::inspect(&lock_path).expect("inspect");
     assert!(st.holder.is_none() && st.waiters.is_empty(), "{st:?}");
@@ -168,7 +175,10 @@ fn waiter_behind_timed_out_threads_is_served_promptly() {
     for (h, ms) in timed.into_iter().zip([200u64, 300]) {
         let (r, elapsed) = h.join().expect("timed waiter panicked");
         assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
-        assert!(elapsed >= Duration::from_millis(ms), "{elapsed:?} < {ms} ms");
+        assert!(
+            elapsed >= Duration::from_millis(ms),
+            "{elapsed:?} < {ms} ms"
+        );
     }
     // Only the plain waiter is left in the queue.
     let st = fairlock::inspect(&path).expect("inspect");
@@ -182,7 +192,10 @@ fn waiter_behind_timed_out_threads_is_served_promptly() {
     plain.join().unwrap();
     assert_eq!(token, held + 3, "the timed-out tickets are skipped");
     let delay = granted.saturating_duration_since(released);
-    assert!(delay < Duration::from_secs(2), "served {delay:?} after release");
+    assert!(
+        delay < Duration::from_secs(2),
+        "served {delay:?} after release"
+    );
 }
 
 #[test]
@@ -227,7 +240,10 @@ fn waiter_behind_timed_out_process_is_served_promptly() {
         shm.atomic(FLAG).load(SeqCst) == 1
     });
     let delay = released.elapsed();
-    assert!(delay < Duration::from_secs(2), "served {delay:?} after release");
+    assert!(
+        delay < Duration::from_secs(2),
+        "served {delay:?} after release"
+    );
     wait_all(&mut plain, Duration::from_secs(20));
     assert_eq!(shm.read(TOKEN), lock.lock().unwrap().token() - 1);
 }
@@ -238,7 +254,9 @@ fn zero_timeout() {
     let path = dir.join("lock");
     let lock = Arc::new(FairLock::open(&path).expect("open"));
     // Free: granted at once.
-    let g = lock.lock_timeout(Duration::ZERO).expect("zero timeout on a free lock");
+    let g = lock
+        .lock_timeout(Duration::ZERO)
+        .expect("zero timeout on a free lock");
     let token = g.token();
     // Held by this thread: another thread's zero timeout times out.
     let l = lock.clone();
@@ -274,7 +292,10 @@ fn expiring_timeout_takes_about_the_time_asked() {
         .join()
         .unwrap();
         assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
-        assert!(elapsed >= Duration::from_millis(ms), "returned early: {elapsed:?} < {ms} ms");
+        assert!(
+            elapsed >= Duration::from_millis(ms),
+            "returned early: {elapsed:?} < {ms} ms"
+        );
         assert!(
             elapsed < Duration::from_millis(ms) + Duration::from_secs(3),
             "returned late: {elapsed:?} for {ms} ms"

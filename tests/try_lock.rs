@@ -88,11 +88,19 @@ fn held_lock_try_lock_from_another_process_would_block() {
     let g = lock.lock().expect("lock");
     let mut w = vec![Worker::spawn(dir.path(), test, "try", "held", &env)];
     wait_all(&mut w, Duration::from_secs(30));
-    assert_eq!(shm.atomic(RESULT).load(SeqCst), 2, "worker's try_lock on a held lock");
+    assert_eq!(
+        shm.atomic(RESULT).load(SeqCst),
+        2,
+        "worker's try_lock on a held lock"
+    );
     drop(g);
     let mut w = vec![Worker::spawn(dir.path(), test, "try", "free", &env)];
     wait_all(&mut w, Duration::from_secs(30));
-    assert_eq!(shm.atomic(RESULT).load(SeqCst), 1, "worker's try_lock on a free lock");
+    assert_eq!(
+        shm.atomic(RESULT).load(SeqCst),
+        1,
+        "worker's try_lock on a free lock"
+    );
 }
 
 #[test]
@@ -117,7 +125,10 @@ fn try_lock_never_jumps_the_queue() {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let trier = std::thread::spawn(move || {
         let r = l.try_lock().map(|g| g.token());
-        assert!(matches!(r, Err(Error::WouldBlock)), "with a waiter queued: {r:?}");
+        assert!(
+            matches!(r, Err(Error::WouldBlock)),
+            "with a waiter queued: {r:?}"
+        );
         tx.send(()).unwrap();
         // Keep trying; it must only succeed after the waiter had its turn.
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -130,11 +141,15 @@ fn try_lock_never_jumps_the_queue() {
                 Err(Error::WouldBlock) => {}
                 Err(e) => panic!("unexpected: {e}"),
             }
-            assert!(std::time::Instant::now() < deadline, "try_lock never succeeded");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "try_lock never succeeded"
+            );
             std::thread::yield_now();
         }
     });
-    rx.recv_timeout(Duration::from_secs(20)).expect("trier started");
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("trier started");
     drop(g);
     common::with_time_limit(Duration::from_secs(30), "waiter and trier", move || {
         waiter.join().expect("waiter panicked");
@@ -142,7 +157,11 @@ fn try_lock_never_jumps_the_queue() {
     });
     let order = order.lock().unwrap().clone();
     assert_eq!(order.len(), 2, "{order:?}");
-    assert_eq!(order[0], ("waiter", held + 1), "the queued waiter goes first: {order:?}");
+    assert_eq!(
+        order[0],
+        ("waiter", held + 1),
+        "the queued waiter goes first: {order:?}"
+    );
     assert_eq!(order[1].0, "trier", "{order:?}");
     assert!(order[1].1 > held + 1, "{order:?}");
 }

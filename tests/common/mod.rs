@@ -171,7 +171,7 @@ pub fn racy_increment(shm: &Shm, i: usize, dawdle: u32) {
     for _ in 0..dawdle {
         std::hint::spin_loop();
     }
-    if dawdle > 0 && v % 7 == 0 {
+    if dawdle > 0 && v.is_multiple_of(7) {
         std::thread::yield_now();
     }
     shm.write(i, v + 1);
@@ -204,7 +204,13 @@ pub struct Worker {
 impl Worker {
     /// Spawns `current_exe() <test> --exact --nocapture --test-threads=1` with the role and
     /// `envs`. The worker's stderr goes to a file in `dir`, shown if it fails.
-    pub fn spawn(dir: &Path, test: &str, role: &str, name: &str, envs: &[(&str, String)]) -> Worker {
+    pub fn spawn(
+        dir: &Path,
+        test: &str,
+        role: &str,
+        name: &str,
+        envs: &[(&str, String)],
+    ) -> Worker {
         let exe = std::env::current_exe().expect("current_exe");
         let stderr_path = dir.join(format!("worker-{name}.stderr"));
         let stderr = File::create(&stderr_path).expect("create worker stderr file");
@@ -239,10 +245,10 @@ impl Worker {
 
     /// Polls for exit; true once it exited.
     pub fn poll(&mut self) -> bool {
-        if self.status.is_none() {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                self.status = Some(s);
-            }
+        if self.status.is_none()
+            && let Some(s) = self.child.try_wait().expect("try_wait")
+        {
+            self.status = Some(s);
         }
         self.status.is_some()
     }
@@ -307,7 +313,10 @@ pub fn wait_all(workers: &mut [Worker], limit: Duration) {
 pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !cond() {
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -416,7 +425,10 @@ impl Gate {
                     );
                 }
             }
-            assert!(Instant::now() < deadline, "workers never arrived at the gate");
+            assert!(
+                Instant::now() < deadline,
+                "workers never arrived at the gate"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         self.shm.atomic(1).store(1, Ordering::SeqCst);
