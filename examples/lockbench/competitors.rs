@@ -1,0 +1,370 @@
+//! The competitors: one small trait, implemented by every lock the harness measures.
+//!
+//! Shared with `benches/uncontended.rs` (included there with `#[path]`), so both measure the
+//! very same code.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the harness learns about one acquisition.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Acq {
+    /// The fencing token, for locks that have one (fairlock).
+    pub token: Option<u64>,
+    /// The previous holder died (robust pthread `EOWNERDEAD`, fairlock `owner_died`).
+    pub died: bool,
+}
+
+/// A lock under test. A value is one *handle*: a worker thread gets its own from
+/// [`Competitor::handle`], a worker process from [`Competitor::attach`].
+pub trait Competitor: Send + Sync + Sized + 'static {
+    /// Name in the tables.
+    const NAME: &'static str;
+    /// Whether it works between processes.
+    const PROCESSES: bool;
+    /// Creates a fresh, unlocked lock backed by `path` (which may be ignored) and a handle.
+    fn create(path: &Path) -> Self;
+    /// A handle to the lock created at `path` by another process.
+    fn attach(path: &Path) -> Self {
+        assert!(
+            Self::PROCESSES,
+            "{} does not work across processes",
+            Self::NAME
+        );
+        Self::create(path)
+    }
+    /// Another handle to the same lock, for another thread of this process.
+    fn handle(&self) -> Self;
+    /// Runs `f` holding the lock.
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R;
+}
+
+fn open_rw(path: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
+}
+
+fn fresh(path: &Path) {
+    let _ = std::fs::remove_file(path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fairlock
+
+/// `fairlock::FairLock` with its default spin (50 µs).
+pub struct Fair(Arc<fairlock::FairLock>);
+
+/// `fairlock::FairLock` opened with `spin(0)`: waiters park at once.
+pub struct FairParked(Arc<fairlock::FairLock>);
+
+/// `fairlock::FairRLock` (re-entrant), default options.
+pub struct FairR(Arc<fairlock::FairRLock>);
+
+impl Competitor for Fair {
+    const NAME: &'static str = "fairlock";
+    const PROCESSES: bool = true;
+    fn create(path: &Path) -> Self {
+        fresh(path);
+        Self::attach(path)
+    }
+    fn attach(path: &Path) -> Self {
+        Fair(Arc::new(
+            fairlock::FairLock::open(path).expect("fairlock open"),
+        ))
+    }
+    fn handle(&self) -> Self {
+        Fair(Arc::clone(&self.0))
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        let g = self.0.lock().expect("fairlock lock");
+        let r = f(Acq {
+            token: Some(g.token()),
+            died: g.owner_died(),
+        });
+        drop(g);
+        r
+    }
+}
+
+impl Competitor for FairParked {
+    const NAME: &'static str = "fairlock spin=0";
+    const PROCESSES: bool = true;
+    fn create(path: &Path) -> Self {
+        fresh(path);
+        Self::attach(path)
+    }
+    fn attach(path: &Path) -> Self {
+        let l = fairlock::FairLock::options()
+            .spin(Duration::ZERO)
+            .open(path)
+            .expect("fairlock open");
+        FairParked(Arc::new(l))
+    }
+    fn handle(&self) -> Self {
+        FairParked(Arc::clone(&self.0))
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        let g = self.0.lock().expect("fairlock lock");
+        let r = f(Acq {
+            token: Some(g.token()),
+            died: g.owner_died(),
+        });
+        drop(g);
+        r
+    }
+}
+
+impl Competitor for FairR {
+    const NAME: &'static str = "fairlock RLock";
+    const PROCESSES: bool = true;
+    fn create(path: &Path) -> Self {
+        fresh(path);
+        Self::attach(path)
+    }
+    fn attach(path: &Path) -> Self {
+        FairR(Arc::new(
+            fairlock::FairRLock::open(path).expect("fairlock open"),
+        ))
+    }
+    fn handle(&self) -> Self {
+        FairR(Arc::clone(&self.0))
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        let g = self.0.lock().expect("fairlock lock");
+        let r = f(Acq {
+            token: Some(g.token()),
+            died: g.owner_died(),
+        });
+        drop(g);
+        r
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-process mutexes
+
+/// `std::sync::Mutex<()>` (threads only).
+pub struct StdMutex(Arc<Mutex<()>>);
+
+impl Competitor for StdMutex {
+    const NAME: &'static str = "std Mutex";
+    const PROCESSES: bool = false;
+    fn create(_: &Path) -> Self {
+        StdMutex(Arc::new(Mutex::new(())))
+    }
+    fn handle(&self) -> Self {
+        StdMutex(Arc::clone(&self.0))
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(Acq::default());
+        drop(g);
+        r
+    }
+}
+
+/// `parking_lot::Mutex<()>` (threads only).
+pub struct PlMutex(Arc<parking_lot::Mutex<()>>);
+
+impl Competitor for PlMutex {
+    const NAME: &'static str = "parking_lot";
+    const PROCESSES: bool = false;
+    fn create(_: &Path) -> Self {
+        PlMutex(Arc::new(parking_lot::Mutex::new(())))
+    }
+    fn handle(&self) -> Self {
+        PlMutex(Arc::clone(&self.0))
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        let g = self.0.lock();
+        let r = f(Acq::default());
+        drop(g);
+        r
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Robust, process-shared pthread mutex in a MAP_SHARED mapping of a file
+
+struct PthreadMap {
+    ptr: *mut libc::pthread_mutex_t,
+    len: usize,
+}
+
+// SAFETY: the mapping is only accessed through pthread_mutex_* calls, which are thread-safe.
+unsafe impl Send for PthreadMap {}
+// SAFETY: as above.
+unsafe impl Sync for PthreadMap {}
+
+impl PthreadMap {
+    fn map(path: &Path, init: bool) -> PthreadMap {
+        let file = open_rw(path);
+        let len = std::mem::size_of::<libc::pthread_mutex_t>().max(64);
+        if init {
+            file.set_len(len as u64).expect("set_len");
+        }
+        // SAFETY: maps `len` bytes of a file at least that long, shared, at a kernel-chosen
+        // address; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "mmap {}", path.display());
+        let ptr = ptr.cast::<libc::pthread_mutex_t>();
+        if init {
+            // SAFETY: `attr` is initialised before use and destroyed after; `ptr` points to a
+            // writable, suitably aligned (page-aligned) pthread_mutex_t that nobody uses yet.
+            unsafe {
+                let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+                assert_eq!(libc::pthread_mutexattr_init(&mut attr), 0);
+                assert_eq!(
+                    libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED),
+                    0
+                );
+                assert_eq!(
+                    libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST),
+                    0
+                );
+                assert_eq!(libc::pthread_mutex_init(ptr, &attr), 0);
+                libc::pthread_mutexattr_destroy(&mut attr);
+            }
+        }
+        PthreadMap { ptr, len }
+    }
+}
+
+impl Drop for PthreadMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`; no handle uses it any more.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A robust (`PTHREAD_MUTEX_ROBUST`), process-shared (`PTHREAD_PROCESS_SHARED`) pthread mutex
+/// living in a `MAP_SHARED` mapping of a file.
+pub struct Pthread(Arc<PthreadMap>);
+
+impl Competitor for Pthread {
+    const NAME: &'static str = "robust pthread";
+    const PROCESSES: bool = true;
+    fn create(path: &Path) -> Self {
+        fresh(path);
+        Pthread(Arc::new(PthreadMap::map(path, true)))
+    }
+    fn attach(path: &Path) -> Self {
+        Pthread(Arc::new(PthreadMap::map(path, false)))
+    }
+    fn handle(&self) -> Self {
+        Pthread(Arc::clone(&self.0))
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        let m = self.0.ptr;
+        // SAFETY: `m` is an initialised robust process-shared mutex in a live mapping.
+        let rc = unsafe { libc::pthread_mutex_lock(m) };
+        let died = match rc {
+            0 => false,
+            libc::EOWNERDEAD => {
+                // SAFETY: we own the mutex (EOWNERDEAD); mark it consistent before unlocking.
+                assert_eq!(unsafe { libc::pthread_mutex_consistent(m) }, 0);
+                true
+            }
+            e => panic!("pthread_mutex_lock: {e}"),
+        };
+        let r = f(Acq { token: None, died });
+        // SAFETY: we hold `m`.
+        unsafe { libc::pthread_mutex_unlock(m) };
+        r
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// File locks: one open file description per handle (both kinds are per-description)
+
+/// `flock(2)` through `std::fs::File::lock` / `unlock`.
+pub struct Flock(File, std::path::PathBuf);
+
+impl Competitor for Flock {
+    const NAME: &'static str = "flock";
+    const PROCESSES: bool = true;
+    fn create(path: &Path) -> Self {
+        fresh(path);
+        Self::attach(path)
+    }
+    fn attach(path: &Path) -> Self {
+        Flock(open_rw(path), path.to_path_buf())
+    }
+    fn handle(&self) -> Self {
+        Self::attach(&self.1)
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        self.0.lock().expect("flock");
+        let r = f(Acq::default());
+        self.0.unlock().expect("flock unlock");
+        r
+    }
+}
+
+/// An OFD record lock (`F_OFD_SETLKW` write lock / `F_UNLCK`) on byte 0 of a file.
+pub struct Ofd(File, std::path::PathBuf);
+
+fn ofd(fd: &File, cmd: libc::c_int, ty: libc::c_int) {
+    // SAFETY: an all-zero flock is a valid value; the fields we need are set below.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = ty as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    loop {
+        // SAFETY: `fl` is a valid flock for the duration of the call; l_pid is 0 as OFD
+        // commands require.
+        let rc = unsafe { libc::fcntl(fd.as_raw_fd(), cmd, &mut fl) };
+        if rc == 0 {
+            return;
+        }
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.raw_os_error(), Some(libc::EINTR), "fcntl OFD: {e}");
+    }
+}
+
+impl Competitor for Ofd {
+    const NAME: &'static str = "OFD fcntl";
+    const PROCESSES: bool = true;
+    fn create(path: &Path) -> Self {
+        fresh(path);
+        Self::attach(path)
+    }
+    fn attach(path: &Path) -> Self {
+        Ofd(open_rw(path), path.to_path_buf())
+    }
+    fn handle(&self) -> Self {
+        Self::attach(&self.1)
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        ofd(&self.0, libc::F_OFD_SETLKW, libc::F_WRLCK);
+        let r = f(Acq::default());
+        ofd(&self.0, libc::F_OFD_SETLK, libc::F_UNLCK);
+        r
+    }
+}
