@@ -285,8 +285,12 @@ pub fn main(a: &DemoArgs) -> Result<u8, Failure> {
         dir.0.display()
     ));
     demo.arrivals()?;
-    demo.contention()?;
-    demo.crash()?;
+    let summaries = demo.contention()?;
+    let crash = demo.crash()?;
+    demo.ui.line("\nSummary:");
+    for s in summaries.iter().chain([&crash]) {
+        demo.ui.line(&format!("   {s}"));
+    }
     demo.ui.line(&format!(
         "\ndone in {:.1} s.",
         started.elapsed().as_secs_f64()
@@ -372,16 +376,23 @@ impl Demo {
     }
 
     /// Step 2: everyone locks, works, unlocks and repeats for a fixed time.
-    fn contention(&self) -> Result<(), Failure> {
+    fn contention(&self) -> Result<Vec<String>, Failure> {
+        let mut summaries = Vec::new();
         let n = self.cfg.workers;
         let secs = self.cfg.contention.as_secs_f64();
         self.ui.line(&format!(
-            "\n2. Contention: w1..w{n} arrive 10 ms apart, then each repeats lock, work {} us, unlock, work {} us for {secs:.1} s.\n   \
-             overtaken = requests that a later request got ahead of; waits are request-to-grant;\n   \
+            "\n2. Contention: w1..w{n} arrive 10 ms apart, then each repeats lock, work {} us, unlock{} for {secs:.1} s.\n   \
+             overtaken = requests that a later request got ahead of (max: by how many); times are\n   \
+             read just before and after the lock call, so a process preempted right there can\n   \
+             look overtaken. Waits are request-to-grant;\n   \
              share = grants of the busiest worker / of the least busy one while all were present.\n\n   \
              {:<9} {:>8} {:>20} {:>8} {:>8} {:>8} {:>8}  {}",
             self.cfg.hold_us,
-            self.cfg.think_us,
+            if self.cfg.think_us == 0 {
+                ", lock again".to_string()
+            } else {
+                format!(", work {} us", self.cfg.think_us)
+            },
             "lock",
             "grants",
             "overtaken (max by)",
@@ -434,16 +445,15 @@ impl Demo {
             self.ui
                 .progress(&format!("{}: collecting results", kind.label()), false);
             let grants = collect(children)?;
-            self.ui.line(&format!(
-                "   {}",
-                stats(kind, &grants, n, start + gap * (n as u64 - 1), end)
-            ));
+            let (row, summary) = stats(kind, &grants, n, start + gap * (n as u64 - 1), end);
+            self.ui.line(&format!("   {row}"));
+            summaries.push(summary);
         }
-        Ok(())
+        Ok(summaries)
     }
 
     /// Step 3: SIGKILL a fairlock holder while two workers wait.
-    fn crash(&self) -> Result<(), Failure> {
+    fn crash(&self) -> Result<String, Failure> {
         self.ui.line("\n3. Crash: a fairlock holder is killed with SIGKILL while w1 and w2 wait (each then holds 20 ms).");
         self.ui.progress("fairlock: holder taking the lock", true);
         let mut holder = self.spawn(Kind::Fair, "hold", &[])?;
@@ -484,7 +494,11 @@ impl Demo {
             w2.token,
             w2.died,
         ));
-        Ok(())
+        Ok(format!(
+            "fairlock after SIGKILL of the holder: next waiter in {:.1} ms, told owner_died() = {}",
+            ms(&w1),
+            w1.died
+        ))
     }
 }
 
@@ -561,10 +575,19 @@ fn fmt_ns(ns: u64) -> String {
     }
 }
 
-/// One table row of step 2.
-fn stats(kind: Kind, grants: &[Grant], workers: usize, all_present: u64, end: u64) -> String {
+/// One table row of step 2, and a sentence for the summary.
+fn stats(
+    kind: Kind,
+    grants: &[Grant],
+    workers: usize,
+    all_present: u64,
+    end: u64,
+) -> (String, String) {
     if grants.is_empty() {
-        return format!("{:<9} no grants", kind.label());
+        return (
+            format!("{:<9} no grants", kind.label()),
+            format!("{}: no grants", kind.label()),
+        );
     }
     let ov = overtakes(grants);
     let late = ov.iter().filter(|o| **o > 0).count();
@@ -592,7 +615,22 @@ fn stats(kind: Kind, grants: &[Grant], workers: usize, all_present: u64, end: u6
     } else {
         format!("{:.2}", max as f64 / min as f64)
     };
-    format!(
+    let summary = if late == 0 {
+        format!(
+            "{}: {} grants, none overtaken by a later request, longest wait {}, busiest/least busy worker {ratio}",
+            kind.label(),
+            grants.len(),
+            fmt_ns(*waits.last().unwrap_or(&0)),
+        )
+    } else {
+        format!(
+            "{}: {} grants, {late} overtaken by later requests (worst: by {max_ov}), longest wait {}, busiest/least busy worker {ratio}",
+            kind.label(),
+            grants.len(),
+            fmt_ns(*waits.last().unwrap_or(&0)),
+        )
+    };
+    let row = format!(
         "{:<9} {:>8} {:>20} {:>8} {:>8} {:>8} {:>8}  {max}/{min} = {ratio}",
         kind.label(),
         grants.len(),
@@ -604,7 +642,8 @@ fn stats(kind: Kind, grants: &[Grant], workers: usize, all_present: u64, end: u6
         fmt_ns(pct(0.99)),
         fmt_ns(*waits.last().unwrap_or(&0)),
         fmt_ns(mean),
-    )
+    );
+    (row, summary)
 }
 
 /// Processes blocked in flock(2) on `path`, from /proc/locks.

@@ -32,10 +32,9 @@ See docs/CLI.md for details.";
 #[command(
     name = "fairlock",
     version,
-    about,
+    about = "Run commands one at a time, in arrival order, under a lock shared by processes",
     long_about = None,
     after_help = format!("{MAIN_AFTER}\n\n{}", exit::TABLE),
-    propagate_version = true,
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -45,12 +44,12 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Wait for the lock in FIFO order, then run a command while holding it.
-    #[command(after_help = run::AFTER_HELP)]
+    #[command(after_help = run::AFTER_HELP, override_usage = run::USAGE)]
     Run(RunArgs),
     /// Show who holds a lock file and who waits for it (read-only).
     #[command(after_help = status::AFTER_HELP)]
     Status(StatusArgs),
-    /// Show fairness and crash recovery against flock(2), with no setup (about 15 s).
+    /// Show fairness and crash recovery against flock(2), with no setup (about 10 s).
     #[command(after_help = demo::AFTER_HELP)]
     Demo(DemoArgs),
     /// Internal: one worker process of `fairlock demo`.
@@ -109,7 +108,7 @@ pub struct StatusArgs {
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// A shorter run (about 4 s) with fewer workers.
+    /// A shorter run (about 3 s) with fewer workers.
     #[arg(long)]
     pub quick: bool,
 }

@@ -15,6 +15,10 @@ use crate::exit::{self, Failure};
 use crate::secs::human;
 use crate::{RunArgs, signals};
 
+pub const USAGE: &str = "\
+fairlock run [OPTIONS] LOCKFILE [--] COMMAND [ARGS]...
+       fairlock run [OPTIONS] LOCKFILE -c SHELL_COMMAND";
+
 pub const AFTER_HELP: &str = "\
 Examples:
   fairlock run /tmp/job.lock -- make -j4           # wait in line, then run make
