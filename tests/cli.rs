@@ -95,8 +95,10 @@ fn waiters(lock: &Path) -> u64 {
     field(&status_json(lock), "waiters").parse().unwrap()
 }
 
+/// Whether `lock` is held; false while the file does not exist or is still being set up.
 fn held(lock: &Path) -> bool {
-    lock.exists() && field(&status_json(lock), "held") == "true"
+    let o = run(&["status", "--json", s(lock)]);
+    o.status.success() && field(&String::from_utf8_lossy(&o.stdout), "held") == "true"
 }
 
 /// Starts a `fairlock run` that holds `lock` until the file `go` exists.
