@@ -516,3 +516,74 @@ fn concurrent_creation_by_many_processes() {
         assert!(st.holder.is_none() && st.waiters.is_empty(), "{st:?}");
     }
 }
+
+#[test]
+fn file_from_another_boot_is_reinitialised_keeping_tokens() {
+    let dir = TempDir::new("bad-other-boot");
+    let live = dir.join("live");
+    // Snapshot a file while it is held with several grants behind it.
+    let (bytes, held) = {
+        let lock = FairLock::options()
+            .slots(8)
+            .participants(16)
+            .open(&live)
+            .expect("open");
+        for _ in 0..20 {
+            drop(lock.lock().expect("lock"));
+        }
+        let g = lock.lock().expect("lock");
+        (fs::read(&live).unwrap(), g.token())
+    };
+    assert_eq!(&bytes[..8], MAGIC);
+    // The same state, as if left over from an earlier boot (a different boot id).
+    let path = dir.join("stale");
+    let mut b = bytes.clone();
+    for x in &mut b[48..64] {
+        *x ^= 0x5a;
+    }
+    fs::write(&path, &b).unwrap();
+    let lock = FairLock::open(&path).expect("open a file from another boot");
+    // Re-initialised with its own geometry, free, and tokens keep rising.
+    assert_initialised(&path, 8, 16);
+    let after = fs::read(&path).unwrap();
+    assert_eq!(
+        &after[48..64],
+        &bytes[48..64],
+        "boot id of this boot written"
+    );
+    let st = fairlock::inspect(&path).expect("inspect");
+    assert!(st.holder.is_none() && st.waiters.is_empty(), "{st:?}");
+    let g = lock
+        .lock_timeout(Duration::from_secs(5))
+        .expect("the previous boot's holder does not block");
+    assert!(
+        g.token() > held,
+        "token {} repeats a previous boot's {held}",
+        g.token()
+    );
+}
+
+#[test]
+fn inspect_refuses_empty_and_pending_files() {
+    let dir = TempDir::new("bad-inspect-empty");
+    let path = dir.join("empty");
+    fs::write(&path, b"").unwrap();
+    assert!(
+        matches!(fairlock::inspect(&path), Err(Error::Corrupt { .. })),
+        "inspect of an empty file"
+    );
+    assert_eq!(
+        fs::metadata(&path).unwrap().len(),
+        0,
+        "inspect wrote to the file"
+    );
+    let path = dir.join("pending");
+    let mut b = valid_file(&path);
+    b[..8].copy_from_slice(MAGIC_PENDING);
+    fs::write(&path, &b).unwrap();
+    assert!(matches!(
+        fairlock::inspect(&path),
+        Err(Error::Corrupt { .. })
+    ));
+    assert_eq!(fs::read(&path).unwrap(), b, "inspect wrote to the file");
+}
