@@ -277,6 +277,7 @@ pub fn main(a: &DemoArgs) -> Result<u8, Failure> {
     };
     File::create(&demo.flock).map_err(io_fail("creating the flock file"))?;
     FairLock::open(&demo.fair).map_err(|e| Failure::open(&demo.fair, &e))?;
+    crate::signals::install().map_err(io_fail("sigaction"))?;
     let started = Instant::now();
     demo.ui.line(&format!(
         "fairlock demo: {} worker processes contend for one lock, first a fairlock, then flock(2).\n\
@@ -300,7 +301,7 @@ pub fn main(a: &DemoArgs) -> Result<u8, Failure> {
 }
 
 impl Demo {
-    fn spawn(&self, kind: Kind, mode: &str, extra: &[String]) -> Result<Child, Failure> {
+    fn spawn(&self, kind: Kind, mode: &str, extra: &[String]) -> Result<KillOnDrop, Failure> {
         let path = match kind {
             Kind::Fair => &self.fair,
             Kind::Flock => &self.flock,
@@ -314,11 +315,13 @@ impl Demo {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
+            .map(KillOnDrop)
             .map_err(io_fail("starting a worker"))
     }
 
     /// Step 1: the lock is held while workers arrive one by one; then it is released.
     fn arrivals(&self) -> Result<(), Failure> {
+        interrupted()?;
         let n = self.cfg.workers;
         self.ui.line(&format!(
             "\n1. Arrival order: the lock is held while w1..w{n} arrive one by one ({} ms apart), then released.",
@@ -377,6 +380,7 @@ impl Demo {
 
     /// Step 2: everyone locks, works, unlocks and repeats for a fixed time.
     fn contention(&self) -> Result<Vec<String>, Failure> {
+        interrupted()?;
         let mut summaries = Vec::new();
         let n = self.cfg.workers;
         let secs = self.cfg.contention.as_secs_f64();
@@ -440,6 +444,7 @@ impl Demo {
                     msg.push_str(&format!(", {} tickets so far", st.next_ticket));
                 }
                 self.ui.progress(&msg, false);
+                interrupted()?;
                 std::thread::sleep(Duration::from_millis(100));
             }
             self.ui
@@ -454,11 +459,12 @@ impl Demo {
 
     /// Step 3: SIGKILL a fairlock holder while two workers wait.
     fn crash(&self) -> Result<String, Failure> {
+        interrupted()?;
         self.ui.line("\n3. Crash: a fairlock holder is killed with SIGKILL while w1 and w2 wait (each then holds 20 ms).");
         self.ui.progress("fairlock: holder taking the lock", true);
         let mut holder = self.spawn(Kind::Fair, "hold", &[])?;
         let mut line = String::new();
-        if let Some(out) = holder.stdout.take() {
+        if let Some(out) = holder.0.stdout.take() {
             let _ = BufReader::new(out).read_line(&mut line);
         }
         let token: u64 = line
@@ -476,8 +482,8 @@ impl Demo {
         std::thread::sleep(Duration::from_millis(100));
         self.ui.progress("fairlock: killing the holder", true);
         let killed = now_ns();
-        holder.kill().map_err(io_fail("killing the holder"))?;
-        let _ = holder.wait();
+        holder.0.kill().map_err(io_fail("killing the holder"))?;
+        let _ = holder.0.wait();
         let grants = collect(waiters)?;
         let ms = |g: &Grant| (g.grant.saturating_sub(killed)) as f64 / 1e6;
         let (w1, w2) = (grants[0], grants[1]);
@@ -486,7 +492,7 @@ impl Demo {
              w1 got the lock at t={:.2} ms with token {}, owner_died() = {}\n   \
              w2 got the lock at t={:.2} ms with token {}, owner_died() = {} (after w1's 20 ms turn)\n   \
              (flock(2) also frees a dead holder's lock, but the next holder cannot tell it died.)",
-            holder.id(),
+            holder.0.id(),
             ms(&w1),
             w1.token,
             w1.died,
@@ -502,16 +508,39 @@ impl Demo {
     }
 }
 
+/// A worker killed (and reaped) when dropped, for error paths.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Fails once SIGINT, SIGTERM or SIGHUP arrived (the demo directory is then removed).
+fn interrupted() -> Result<(), Failure> {
+    match crate::signals::seen() {
+        Some(sig) => Err(Failure::new(
+            (128 + sig) as u8,
+            format!("demo: interrupted by {}", crate::signals::name(sig)),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Waits for the workers and parses their grants (worker index = position in `children`).
-fn collect(children: Vec<Child>) -> Result<Vec<Grant>, Failure> {
+fn collect(children: Vec<KillOnDrop>) -> Result<Vec<Grant>, Failure> {
     let mut grants = Vec::new();
     for (worker, mut child) in children.into_iter().enumerate() {
+        let child = &mut child.0;
         let mut text = String::new();
         if let Some(mut out) = child.stdout.take() {
             out.read_to_string(&mut text)
                 .map_err(io_fail("reading a worker"))?;
         }
         let status = child.wait().map_err(io_fail("waiting for a worker"))?;
+        interrupted()?;
         if !status.success() {
             return Err(Failure::new(
                 exit::SOFTWARE,

@@ -9,8 +9,13 @@ pub const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGH
 
 /// Bit `n` set: signal `n` arrived and was not forwarded yet.
 static PENDING: AtomicU32 = AtomicU32::new(0);
+/// Bit `n` set: signal `n` arrived, from anyone (the terminal included).
+static SEEN: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    if (0..32).contains(&sig) {
+        SEEN.fetch_or(1 << sig, SeqCst);
+    }
     // A signal the terminal sent to the whole foreground process group (Ctrl-C) reached the
     // command too: forwarding it would deliver it twice.
     // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo_t (or null, checked).
@@ -45,6 +50,12 @@ pub fn install() -> io::Result<()> {
 pub fn take() -> Vec<libc::c_int> {
     let bits = PENDING.swap(0, SeqCst);
     (0..32).filter(|s| bits & (1 << s) != 0).collect()
+}
+
+/// The lowest-numbered handled signal received so far, from anyone.
+pub fn seen() -> Option<libc::c_int> {
+    let bits = SEEN.load(SeqCst);
+    (0..32).find(|s| bits & (1 << s) != 0)
 }
 
 /// Sends `sig` to process `pid`.
