@@ -17,6 +17,13 @@ use fairlock::FairLock;
 use crate::DemoArgs;
 use crate::exit::{self, Failure};
 
+mod stats;
+mod worker;
+
+use stats::{Grant, overtakes, stats};
+use worker::now_ns;
+pub use worker::{WorkerArgs, worker};
+
 pub const AFTER_HELP: &str = "\
 Needs no setup: the lock files live in a fresh directory under $XDG_RUNTIME_DIR (else
 /dev/shm, else the temp dir) that is removed at the end. It runs worker processes that
@@ -27,120 +34,6 @@ Needs no setup: the lock files live in a fresh directory under $XDG_RUNTIME_DIR 
      get the lock, and does it know its predecessor died?
 Steps 1 and 2 run once with fairlock and once with flock(2) on another file.
 Progress goes to stderr (one updating line on a terminal); results to stdout.";
-
-/// Arguments of the hidden `__demo-worker` subcommand.
-#[derive(clap::Args, Debug)]
-pub struct WorkerArgs {
-    /// `fair` (fairlock) or `flock`.
-    #[arg(long)]
-    kind: String,
-    /// `once` (one grant), `loop` (grants until --end-ns) or `hold` (hold until killed).
-    #[arg(long)]
-    mode: String,
-    /// The lock file.
-    #[arg(long)]
-    path: PathBuf,
-    /// CLOCK_MONOTONIC nanoseconds to start at.
-    #[arg(long, default_value_t = 0)]
-    start_ns: u64,
-    /// CLOCK_MONOTONIC nanoseconds after which `loop` makes no new request.
-    #[arg(long, default_value_t = 0)]
-    end_ns: u64,
-    /// Microseconds to hold each grant.
-    #[arg(long, default_value_t = 0)]
-    hold_us: u64,
-    /// Microseconds to work between grants (`loop`).
-    #[arg(long, default_value_t = 0)]
-    think_us: u64,
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: comparable across processes.
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Waits until `t`: sleeps for long waits, spins for short ones (like real work).
-fn until(t: u64) {
-    loop {
-        let now = now_ns();
-        if now >= t {
-            return;
-        }
-        if t - now > 2_000_000 {
-            std::thread::sleep(Duration::from_nanos(t - now - 1_000_000));
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
-/// One grant, as a worker saw it.
-#[derive(Clone, Copy, Debug)]
-struct Grant {
-    worker: usize,
-    req: u64,
-    grant: u64,
-    token: u64,
-    died: bool,
-}
-
-pub fn worker(a: &WorkerArgs) -> Result<u8, Failure> {
-    let fail = |e: String| Failure::new(exit::SOFTWARE, format!("demo worker: {e}"));
-    until(a.start_ns);
-    let mut grants: Vec<(u64, u64, u64, bool)> = Vec::new();
-    let hold = a.hold_us * 1000;
-    match a.kind.as_str() {
-        "fair" => {
-            let lock = FairLock::open(&a.path).map_err(|e| fail(e.to_string()))?;
-            loop {
-                let req = now_ns();
-                let g = lock.lock().map_err(|e| fail(e.to_string()))?;
-                let got = now_ns();
-                grants.push((req, got, g.token(), g.owner_died()));
-                if a.mode == "hold" {
-                    println!("held {}", g.token());
-                    let _ = io::stdout().flush();
-                    std::thread::sleep(Duration::from_secs(30));
-                    return Ok(0);
-                }
-                until(got + hold);
-                g.unlock().map_err(|e| fail(e.to_string()))?;
-                if a.mode != "loop" || now_ns() >= a.end_ns {
-                    break;
-                }
-                until(now_ns() + a.think_us * 1000);
-            }
-        }
-        "flock" => {
-            let file = File::open(&a.path).map_err(|e| fail(e.to_string()))?;
-            loop {
-                let req = now_ns();
-                file.lock().map_err(|e| fail(e.to_string()))?;
-                let got = now_ns();
-                grants.push((req, got, 0, false));
-                until(got + hold);
-                file.unlock().map_err(|e| fail(e.to_string()))?;
-                if a.mode != "loop" || now_ns() >= a.end_ns {
-                    break;
-                }
-                until(now_ns() + a.think_us * 1000);
-            }
-        }
-        k => return Err(fail(format!("unknown kind {k}"))),
-    }
-    let mut out = String::with_capacity(grants.len() * 48);
-    for (req, got, token, died) in grants {
-        out.push_str(&format!("{req} {got} {token} {}\n", u8::from(died)));
-    }
-    let _ = io::stdout().lock().write_all(out.as_bytes());
-    Ok(0)
-}
 
 /// Sizes and durations of one demo run.
 struct Config {
@@ -563,118 +456,6 @@ fn collect(children: Vec<KillOnDrop>) -> Result<Vec<Grant>, Failure> {
     Ok(grants)
 }
 
-/// For each grant (in the given order): how many requests made after it were granted before it.
-fn overtakes(grants: &[Grant]) -> Vec<usize> {
-    let n = grants.len();
-    let mut by_req: Vec<usize> = (0..n).collect();
-    by_req.sort_by_key(|&i| (grants[i].req, grants[i].grant));
-    let mut by_grant: Vec<usize> = (0..n).collect();
-    by_grant.sort_by_key(|&i| (grants[i].grant, grants[i].req));
-    let mut rank = vec![0; n];
-    for (r, &i) in by_grant.iter().enumerate() {
-        rank[i] = r;
-    }
-    // Fenwick tree over grant ranks of the requests seen so far (latest first).
-    let mut tree = vec![0usize; n + 1];
-    let mut result = vec![0; n];
-    for &i in by_req.iter().rev() {
-        let mut r = rank[i];
-        let mut count = 0;
-        while r > 0 {
-            count += tree[r];
-            r &= r - 1;
-        }
-        result[i] = count;
-        let mut r = rank[i] + 1;
-        while r <= n {
-            tree[r] += 1;
-            r += r & r.wrapping_neg();
-        }
-    }
-    result
-}
-
-fn fmt_ns(ns: u64) -> String {
-    if ns >= 1_000_000_000 {
-        format!("{:.2}s", ns as f64 / 1e9)
-    } else if ns >= 1_000_000 {
-        format!("{:.1}ms", ns as f64 / 1e6)
-    } else {
-        format!("{:.0}us", ns as f64 / 1e3)
-    }
-}
-
-/// One table row of step 2, and a sentence for the summary.
-fn stats(
-    kind: Kind,
-    grants: &[Grant],
-    workers: usize,
-    all_present: u64,
-    end: u64,
-) -> (String, String) {
-    if grants.is_empty() {
-        return (
-            format!("{:<9} no grants", kind.label()),
-            format!("{}: no grants", kind.label()),
-        );
-    }
-    let ov = overtakes(grants);
-    let late = ov.iter().filter(|o| **o > 0).count();
-    let max_ov = ov.iter().max().copied().unwrap_or(0);
-    let mut waits: Vec<u64> = grants
-        .iter()
-        .map(|g| g.grant.saturating_sub(g.req))
-        .collect();
-    waits.sort_unstable();
-    let pct = |p: f64| waits[((waits.len() - 1) as f64 * p).round() as usize];
-    let mean = waits.iter().sum::<u64>() / waits.len() as u64;
-    let mut share = vec![0u64; workers];
-    for g in grants
-        .iter()
-        .filter(|g| g.req >= all_present && g.req < end)
-    {
-        share[g.worker] += 1;
-    }
-    let (max, min) = (
-        share.iter().max().copied().unwrap_or(0),
-        share.iter().min().copied().unwrap_or(0),
-    );
-    let ratio = if min == 0 {
-        "inf".to_string()
-    } else {
-        format!("{:.2}", max as f64 / min as f64)
-    };
-    let summary = if late == 0 {
-        format!(
-            "{}: {} grants, none overtaken by a later request, longest wait {}, busiest/least busy worker {ratio}",
-            kind.label(),
-            grants.len(),
-            fmt_ns(*waits.last().unwrap_or(&0)),
-        )
-    } else {
-        format!(
-            "{}: {} grants, {late} overtaken by later requests (worst: by {max_ov}), longest wait {}, busiest/least busy worker {ratio}",
-            kind.label(),
-            grants.len(),
-            fmt_ns(*waits.last().unwrap_or(&0)),
-        )
-    };
-    let row = format!(
-        "{:<9} {:>8} {:>20} {:>8} {:>8} {:>8} {:>8}  {max}/{min} = {ratio}",
-        kind.label(),
-        grants.len(),
-        format!(
-            "{late} ({:.1}%, {max_ov})",
-            100.0 * late as f64 / grants.len() as f64
-        ),
-        fmt_ns(pct(0.5)),
-        fmt_ns(pct(0.99)),
-        fmt_ns(*waits.last().unwrap_or(&0)),
-        fmt_ns(mean),
-    );
-    (row, summary)
-}
-
 /// Processes blocked in flock(2) on `path`, from /proc/locks.
 fn blocked_flocks(path: &Path) -> usize {
     let Ok(ino) = std::fs::metadata(path).map(|m| m.ino()) else {
@@ -686,26 +467,4 @@ fn blocked_flocks(path: &Path) -> usize {
             .filter(|l| l.contains("->") && l.contains("FLOCK") && l.contains(&needle))
             .count()
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn g(req: u64, grant: u64) -> Grant {
-        Grant {
-            worker: 0,
-            req,
-            grant,
-            token: 0,
-            died: false,
-        }
-    }
-
-    #[test]
-    fn counts_overtakes() {
-        // requests 1,2,3 granted in order 3,1,2: the first two were overtaken once each.
-        assert_eq!(overtakes(&[g(1, 20), g(2, 30), g(3, 10)]), vec![1, 1, 0]);
-        assert_eq!(overtakes(&[g(1, 10), g(2, 20), g(3, 30)]), vec![0, 0, 0]);
-    }
 }
