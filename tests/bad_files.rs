@@ -366,6 +366,12 @@ fn create_false_on_missing_file_is_not_found() {
     assert!(e.to_string().contains(&path.display().to_string()), "{e}");
     assert!(std::error::Error::source(&e).is_some());
     assert!(!path.exists(), "created despite create(false)");
+    // A missing directory is NotFound too, even with create(true).
+    let deep = dir.join("no-such-dir").join("lock");
+    match FairLock::open(&deep) {
+        Err(Error::Io { source, .. }) => assert_eq!(source.kind(), std::io::ErrorKind::NotFound),
+        other => panic!("missing directory: {other:?}"),
+    }
     // inspect never creates either.
     assert!(matches!(fairlock::inspect(&path), Err(Error::Io { .. })));
     assert!(!path.exists());

@@ -94,7 +94,11 @@ fn too_many_participants() {
         let shm = Shm::open(common::env("FL_SHM").as_ref());
         let code = match FairLock::open(common::env("FL_LOCK")) {
             Ok(_) => 1,
-            Err(Error::TooManyParticipants { capacity: 1, .. }) => 2,
+            Err(e @ Error::TooManyParticipants { capacity: 1, .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(&common::env("FL_LOCK")), "{msg}");
+                2
+            }
             Err(e) => panic!("unexpected: {e:?}"),
         };
         shm.atomic(RESULT).store(code, SeqCst);
@@ -142,4 +146,62 @@ fn too_many_participants() {
         1,
         "entry not freed on close"
     );
+}
+
+#[test]
+fn participant_entry_of_a_dead_holder_is_reused() {
+    // A one-entry file: a process takes the lock and exits holding it; the next process
+    // claims the same entry and must revoke what its predecessor left behind.
+    const TOKEN: usize = 0;
+    const DIED: usize = 1;
+    if let Some(r) = role() {
+        let shm = Shm::open(common::env("FL_SHM").as_ref());
+        let lock = FairLock::open(common::env("FL_LOCK")).expect("worker open");
+        let g = lock
+            .lock_timeout(Duration::from_secs(10))
+            .expect("worker lock");
+        shm.write(TOKEN, g.token());
+        shm.write(DIED, u64::from(g.owner_died()));
+        if r == "die-holding" {
+            std::mem::forget(g);
+            std::process::exit(0);
+        }
+        return;
+    }
+    let dir = TempDir::new("geometry-reuse");
+    let path = dir.join("lock");
+    let shm_path = dir.join("shm");
+    let shm = Shm::create(&shm_path, 2);
+    drop(
+        FairLock::options()
+            .participants(1)
+            .open(&path)
+            .expect("create"),
+    );
+    let env = [
+        ("FL_LOCK", path.display().to_string()),
+        ("FL_SHM", shm_path.display().to_string()),
+    ];
+    let test = "participant_entry_of_a_dead_holder_is_reused";
+    let mut w = vec![Worker::spawn(
+        dir.path(),
+        test,
+        "die-holding",
+        "first",
+        &env,
+    )];
+    wait_all(&mut w, Duration::from_secs(30));
+    let first = shm.read(TOKEN);
+    let st = fairlock::inspect(&path).expect("inspect");
+    assert_eq!(st.holder.as_ref().map(|h| h.token), Some(first), "{st:?}");
+    let mut w = vec![Worker::spawn(dir.path(), test, "lock", "second", &env)];
+    wait_all(&mut w, Duration::from_secs(30));
+    assert!(shm.read(TOKEN) > first);
+    assert_eq!(
+        shm.read(DIED),
+        1,
+        "the successor was not told the owner died"
+    );
+    let st = fairlock::inspect(&path).expect("inspect");
+    assert!(st.holder.is_none(), "{st:?}");
 }

@@ -141,3 +141,41 @@ fn separate_handles_in_threads_exclude_each_other() {
     });
     assert_eq!(shm.read(0), N as u64 * ITERS);
 }
+
+#[test]
+fn no_spinning_waiters_park_and_are_woken() {
+    // spin(0): every waiter parks on its futex at once, so every hand-off is a wake-up; a lost
+    // wake-up would stall (bounded by the time limit). Grants stay in ticket order.
+    const N: usize = 4;
+    const ITERS: u64 = 2_000;
+    let dir = TempDir::new("mutex-nospin");
+    let shm = Arc::new(Shm::create(&dir.join("shm"), N * ITERS as usize + 2));
+    let lock = Arc::new(
+        FairLock::options()
+            .spin(Duration::ZERO)
+            .open(dir.join("lock"))
+            .expect("open"),
+    );
+    let threads: Vec<_> = (0..N)
+        .map(|_| {
+            let (lock, shm) = (lock.clone(), shm.clone());
+            std::thread::spawn(move || {
+                for _ in 0..ITERS {
+                    let g = lock.lock().expect("lock");
+                    common::log_append(&shm, g.token());
+                }
+            })
+        })
+        .collect();
+    common::with_time_limit(Duration::from_secs(60), "no-spin waiters", move || {
+        for t in threads {
+            t.join().expect("thread panicked");
+        }
+    });
+    let log = common::log_entries(&shm);
+    assert_eq!(log.len(), N * ITERS as usize);
+    assert!(
+        log.windows(2).all(|w| w[1] > w[0]),
+        "grants out of ticket order"
+    );
+}
