@@ -199,3 +199,56 @@ fn staggered_threads_are_served_in_arrival_order() {
     let expected: Vec<u64> = (0..N as u64).collect();
     assert_eq!(log_entries(&shm), expected, "grants not in arrival order");
 }
+
+#[test]
+fn every_kind_of_acquisition_is_granted_in_ticket_order() {
+    // lock, try_lock and lock_timeout (some expiring) mixed: whatever the way in, grants
+    // follow ticket order, and try_lock never takes a grant out of turn.
+    const N: usize = 4;
+    const ITERS: usize = 4_000;
+    let dir = TempDir::new("fifo-kinds");
+    let shm = Arc::new(Shm::create(&dir.join("shm"), N * ITERS + 2));
+    let lock = Arc::new(FairLock::open(dir.join("lock")).expect("open"));
+    let threads: Vec<_> = (0..N)
+        .map(|t| {
+            let (lock, shm) = (lock.clone(), shm.clone());
+            std::thread::spawn(move || {
+                let mut got = 0u64;
+                for i in 0..ITERS {
+                    let r = match (t + i) % 4 {
+                        0 | 1 => lock.lock(),
+                        2 => lock.try_lock(),
+                        _ => lock.lock_timeout(Duration::from_micros(((i % 5) * 40) as u64)),
+                    };
+                    match r {
+                        Ok(g) => {
+                            log_append(&shm, g.token());
+                            got += 1;
+                        }
+                        Err(fairlock::Error::WouldBlock | fairlock::Error::Timeout) => {}
+                        Err(e) => panic!("unexpected: {e}"),
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    let granted: u64 = common::with_time_limit(Duration::from_secs(60), "mixed kinds", move || {
+        threads.into_iter().map(|t| t.join().unwrap()).sum()
+    });
+    let log = log_entries(&shm);
+    assert_eq!(log.len() as u64, granted);
+    assert!(
+        granted >= (N * ITERS / 2) as u64,
+        "every plain lock() is granted"
+    );
+    for (i, w) in log.windows(2).enumerate() {
+        assert!(
+            w[1] > w[0],
+            "out of ticket order at {}: {} after {}",
+            i + 1,
+            w[1],
+            w[0]
+        );
+    }
+}

@@ -166,8 +166,8 @@ fn killed_waiter_does_not_stall_the_queue() {
 }
 
 #[test]
-#[ignore = "bug (at commit 7fc916b): a thread that exits while holding (guard leaked) is never \\
-            recovered within its process: liveness treats every thread of the own process as \\
+#[ignore = "bug (as of commit 8d153e5): a thread that exits while holding (guard leaked) is never \
+            recovered within its process: liveness treats every thread of the own process as \
             alive, so the lock stays held forever, although owner_died() documents this case"]
 fn thread_exiting_while_holding_is_recovered() {
     let dir = TempDir::new("robust-thread-exit");
@@ -239,7 +239,56 @@ fn expired_lease_is_taken_over() {
         Err(Error::LockLost)
     ));
     assert!(matches!(g.unlock(), Err(Error::LockLost)));
+    // The stale guard's unlock did not release the taker's lock.
+    let p = path.clone();
+    let r = std::thread::spawn(move || {
+        FairLock::open(&p)
+            .expect("open")
+            .try_lock()
+            .map(|g| g.token())
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(r, Err(Error::WouldBlock)), "{r:?}");
     taker.join().unwrap();
+}
+
+#[test]
+fn nested_rlock_guards_all_report_a_lost_lease() {
+    let dir = TempDir::new("robust-rlease");
+    let path = dir.join("lock");
+    let r = fairlock::FairRLock::options()
+        .lease(Duration::from_millis(100))
+        .open_rlock(&path)
+        .expect("open");
+    let outer = r.lock().expect("outer");
+    let inner = r.lock().expect("inner");
+    let (tx, rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let p = path.clone();
+    let taker = std::thread::spawn(move || {
+        let l = FairLock::open(&p).expect("open");
+        let g = l.lock_timeout(Duration::from_secs(30)).expect("takeover");
+        tx.send((g.token(), g.owner_died())).unwrap();
+        release_rx.recv().unwrap();
+        g.check()
+            .expect("the taker still holds after the old guards dropped");
+        g.unlock().expect("taker unlock");
+    });
+    let (token, died) = rx.recv_timeout(Duration::from_secs(30)).expect("takeover");
+    assert!(died);
+    assert!(token > outer.token());
+    assert!(matches!(inner.check(), Err(Error::LockLost)));
+    assert!(matches!(outer.check(), Err(Error::LockLost)));
+    assert!(matches!(inner.unlock(), Err(Error::LockLost)));
+    assert!(matches!(outer.unlock(), Err(Error::LockLost)));
+    let st = fairlock::inspect(&path).unwrap();
+    assert_eq!(st.holder.as_ref().map(|h| h.token), Some(token), "{st:?}");
+    release_tx.send(()).unwrap();
+    taker.join().unwrap();
+    // Usable again by the old holder.
+    let g = r.lock().expect("relock");
+    assert!(g.token() > token);
 }
 
 #[test]
