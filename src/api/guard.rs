@@ -66,8 +66,13 @@ impl<'a> LockGuard<'a> {
             return Err(Error::LockLost);
         }
         let st = self.shared.state();
-        core::check(&st, &self.shared.platform(), &self.grant, self.shared.participant)
-            .map_err(|_| Error::LockLost)
+        core::check(
+            &st,
+            &self.shared.platform(),
+            &self.grant,
+            self.shared.participant,
+        )
+        .map_err(|_| Error::LockLost)
     }
 
     /// Renews the lease: it now ends `d` from now. Extension and takeover are decided by one
@@ -99,6 +104,16 @@ impl<'a> LockGuard<'a> {
             ms,
         )
         .map_err(|_| Error::LockLost)
+    }
+
+    /// Records "now" as the start of this hold, so that [`crate::inspect`] (and `fairlock
+    /// status`) can show how long the lock has been held. The uncontended path skips the clock
+    /// read to stay fast; a grant that had to wait is stamped already.
+    pub fn stamp_time(&self) {
+        if self.shared.is_current() {
+            let st = self.shared.state();
+            core::wait::stamp_since(&self.shared.platform(), st.slot(self.grant.ticket));
+        }
     }
 
     /// The lease this guard's handle asks for, if any.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::guard::LockGuard;
 use super::options::OpenOptions;
-use super::shared::Shared;
+use super::shared::{ExitWatch, Shared};
 use crate::core::{self, Grant, Me, Tuning, WaitError};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
@@ -50,11 +50,11 @@ pub struct FairLock {
     create: CreateOptions,
 }
 
-// `current` always points into an `Arc` held by `views`; `Shared` is Send + Sync.
-// SAFETY (for the two impls below): all fields are Send + Sync except the raw pointer, which
-// is only ever dereferenced as `&Shared` while the pointee is kept alive by `views`.
+// SAFETY: all fields are Send + Sync except the raw pointer `current`, which always points into
+// an `Arc<Shared>` held by `views` (and `Shared` is Send + Sync), and is only dereferenced as
+// `&Shared` while `views` keeps the pointee alive.
 unsafe impl Send for FairLock {}
-// SAFETY: see above.
+// SAFETY: as for `Send`: shared access only ever produces `&Shared`, which is Sync.
 unsafe impl Sync for FairLock {}
 
 impl std::fmt::Debug for FairLock {
@@ -165,6 +165,7 @@ impl FairLock {
         if sh.holder_tid() == tid {
             return self.reenter(sh, reentrant);
         }
+        ExitWatch::arm();
         let me = self.me(sh, tid);
         match core::try_lock(&sh.state(), &sh.platform(), &me).map_err(|e| wait_error(sh, e))? {
             Some(g) => Ok(self.held(sh, tid, g)),
@@ -183,7 +184,12 @@ impl FairLock {
             died: sh.died.load(Relaxed) != 0,
             leased: self.lease_ms.is_some(),
         };
-        Ok(LockGuard::new(sh, grant, thread::current_tid(), self.lease_ms))
+        Ok(LockGuard::new(
+            sh,
+            grant,
+            thread::current_tid(),
+            self.lease_ms,
+        ))
     }
 
     #[inline]
@@ -193,6 +199,7 @@ impl FairLock {
         if sh.holder_tid() == tid {
             return self.reenter(sh, reentrant);
         }
+        ExitWatch::arm();
         let me = self.me(sh, tid);
         let st = sh.state();
         // Relaxed: a ticket is only a number (see `core::lock`, of which this is the inlined

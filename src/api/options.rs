@@ -111,12 +111,12 @@ impl OpenOptions {
     }
 
     fn check(&self) -> Result<()> {
-        if let Some(d) = self.lease {
-            if d.is_zero() || d.as_millis() > u128::from(MAX_LEASE_MS) {
-                return Err(Error::InvalidOption {
-                    what: format!("lease {d:?}: must be at least 1 ms and at most 2^41 ms"),
-                });
-            }
+        if let Some(d) = self.lease
+            && (d.is_zero() || d.as_millis() > u128::from(MAX_LEASE_MS))
+        {
+            return Err(Error::InvalidOption {
+                what: format!("lease {d:?}: must be at least 1 ms and at most 2^41 ms"),
+            });
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! process has one beacon per file.
 
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
@@ -54,6 +54,7 @@ impl Shared {
             return Ok(existing); // our extra descriptor closes here; it holds no beacon
         }
         let participant = register(&opened.file, &opened.mapping, path)?;
+        thread::register_beacon_fd(opened.file.as_raw_fd());
         let shared = Arc::new(Shared {
             path: path.to_path_buf(),
             file: opened.file,
@@ -166,5 +167,51 @@ impl Shared {
     pub(crate) fn holder_tid(&self) -> u32 {
         // Relaxed: a thread only ever finds its own id here if it stored it itself.
         (self.owner.load(Relaxed) >> 32) as u32
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Before the descriptor closes (with `file`), so the fork handler never touches a
+        // number that may be reused.
+        thread::unregister_beacon_fd(self.file.as_raw_fd());
+    }
+}
+
+/// A thread-local whose destructor runs when a thread that has locked exits: any lock it
+/// still holds (a leaked guard) is given up as if its owner died, so the next waiter takes
+/// over and is told through `owner_died`.
+pub(crate) struct ExitWatch;
+
+thread_local! {
+    static EXIT_WATCH: ExitWatch = const { ExitWatch };
+}
+
+impl ExitWatch {
+    /// Makes sure the calling thread's destructor is registered (cheap after the first call).
+    #[inline]
+    pub(crate) fn arm() {
+        EXIT_WATCH.with(|_| ());
+    }
+}
+
+impl Drop for ExitWatch {
+    fn drop(&mut self) {
+        let tid = thread::current_tid();
+        let open_files = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
+        for sh in open_files.iter().filter_map(Weak::upgrade) {
+            if !sh.is_current() || sh.holder_tid() != tid {
+                continue;
+            }
+            // Relaxed: written by this very thread when it acquired.
+            let grant = core::Grant {
+                ticket: sh.ticket.load(Relaxed),
+                died: false,
+                leased: false,
+            };
+            sh.owner.store(0, Relaxed);
+            sh.depth.store(0, Relaxed);
+            core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);
+        }
     }
 }

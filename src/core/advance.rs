@@ -19,18 +19,12 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 /// it) and cleared by `Done`, and ends up in the granted word so the next holder learns it.
 pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool) {
     let mut h = from;
-    // Bound the walk so that a corrupt `next_ticket` or slot cannot keep us here forever: a
-    // consistent file never has more than `next_ticket - from` final tickets in a row. Only
-    // computed once the walk gets long, to keep `next_ticket`'s line off the release path.
     let mut steps: u64 = 0;
-    let mut limit = st.slot_count();
     loop {
-        if steps > limit {
-            let span = st.header().next_ticket.load(Relaxed).wrapping_sub(from);
-            if steps > span.min(1 << 40) + st.slot_count() {
-                return;
-            }
-            limit = span.min(1 << 40) + st.slot_count();
+        // A consistent file never has more than `next_ticket - from` final tickets in a row,
+        // and in practice far fewer than `MAX_WALK`; a corrupt file must not keep us here.
+        if steps > MAX_WALK {
+            return;
         }
         let slot = st.slot(h);
         let lap = st.lap(h);
@@ -85,6 +79,11 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
         }
     }
 }
+
+/// The longest run of final tickets a walk follows (2^22). Only a corrupt file, or a `head`
+/// hint left millions of tickets behind by a process paused between a grant and its hint
+/// store (rewritten by the next grant), comes near it.
+pub(crate) const MAX_WALK: u64 = 1 << 22;
 
 /// The grant CAS. `AcqRel`: release publishes the critical section we acquired from the
 /// previous word to whoever reads the new word; acquire keeps the chain when a helper grants.

@@ -332,7 +332,9 @@ impl OwnedState {
         let slots: Vec<Slot> = (0..slots).map(|_| Slot::zeroed()).collect();
         // A fresh file has ticket 0 granted in advance (see `file::initial_image`).
         let ready = crate::core::word::Word::new(1, 0, crate::core::word::State::Ready, false);
-        slots[0].word.store(ready.0, crate::primitive::Ordering::Relaxed);
+        slots[0]
+            .word
+            .store(ready.0, crate::primitive::Ordering::Relaxed);
         OwnedState {
             header: Header::zeroed(),
             participants: (0..participants).map(|_| Participant::zeroed()).collect(),

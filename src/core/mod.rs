@@ -45,10 +45,14 @@ pub mod advance;
 pub mod holder;
 pub mod layout;
 pub mod lease;
+pub mod model;
 pub mod platform;
 pub mod recover;
 pub mod wait;
 pub mod word;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 pub use advance::advance;
 pub use holder::{check, extend, release, revoke_own};

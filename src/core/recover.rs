@@ -49,8 +49,8 @@ pub fn recover<P: Platform>(
     tuning: &Tuning,
 ) {
     let start = st.header().head.load(Relaxed);
-    // A consistent head is at most `N * laps` behind us; a wild one is ignored.
-    if me.wrapping_sub(start) > (1 << 40) {
+    // A consistent head is behind us by the tickets ahead of us; a wild one is ignored.
+    if me.wrapping_sub(start) > super::advance::MAX_WALK {
         return;
     }
     let mut h = start;

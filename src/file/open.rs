@@ -74,7 +74,10 @@ fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Result<File> {
 }
 
 fn read_verdict(file: &File, path: &Path) -> Result<Verdict> {
-    let len = file.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(path, "stat", e))?
+        .len();
     let want = HEADER_SIZE.min(len as usize);
     let mut head = vec![0u8; want];
     let mut got = 0;
@@ -132,7 +135,9 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
             geometry, boot_id, ..
         } if boot_id == boot => geometry,
         // Refused without taking the lock: these are never written.
-        v @ (Verdict::Foreign | Verdict::Incompatible(_)) => return Err(judge(path, v).unwrap_err()),
+        v @ (Verdict::Foreign | Verdict::Incompatible(_)) => {
+            return Err(judge(path, v).unwrap_err());
+        }
         _ => initialise_locked(&file, path, o, boot)?,
     };
     let mapping = Mapping::new(&file, geometry, false).map_err(|e| Error::io(path, "mmap", e))?;
@@ -146,7 +151,12 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
 
 /// Under an exclusive `flock` (std's `File::lock`, which replaces the unmaintained `fs2`),
 /// decide again and initialise if the file is empty, pending, or from another boot.
-fn initialise_locked(file: &File, path: &Path, o: &CreateOptions, boot: [u64; 2]) -> Result<Geometry> {
+fn initialise_locked(
+    file: &File,
+    path: &Path,
+    o: &CreateOptions,
+    boot: [u64; 2],
+) -> Result<Geometry> {
     file.lock()
         .map_err(|e| Error::io(path, "lock for initialisation", e))?;
     let result = (|| match read_verdict(file, path)? {

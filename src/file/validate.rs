@@ -55,7 +55,9 @@ pub fn validate_header(head: &[u8], len: u64) -> Verdict {
         return Verdict::Foreign;
     }
     if head.len() < 16 {
-        return Verdict::Corrupt(format!("truncated: {len} bytes, header needs {HEADER_SIZE}"));
+        return Verdict::Corrupt(format!(
+            "truncated: {len} bytes, header needs {HEADER_SIZE}"
+        ));
     }
     let version = u32_at(head, 8);
     if version != VERSION {
@@ -64,7 +66,9 @@ pub fn validate_header(head: &[u8], len: u64) -> Verdict {
         ));
     }
     if head.len() < HEADER_SIZE {
-        return Verdict::Corrupt(format!("truncated: {len} bytes, header needs {HEADER_SIZE}"));
+        return Verdict::Corrupt(format!(
+            "truncated: {len} bytes, header needs {HEADER_SIZE}"
+        ));
     }
     let header_size = u32_at(head, 12);
     if header_size as usize != HEADER_SIZE {
@@ -142,7 +146,10 @@ mod tests {
 
     #[test]
     fn foreign_newer_and_pending() {
-        assert_eq!(validate_header(b"hello world, not a lock", 23), Verdict::Foreign);
+        assert_eq!(
+            validate_header(b"hello world, not a lock", 23),
+            Verdict::Foreign
+        );
         let (mut img, _) = image();
         img[8..12].copy_from_slice(&2u32.to_le_bytes());
         assert!(matches!(
@@ -150,6 +157,9 @@ mod tests {
             Verdict::Incompatible(_)
         ));
         img[..8].copy_from_slice(&MAGIC_PENDING.to_le_bytes());
-        assert_eq!(validate_header(&img[..HEADER_SIZE], img.len() as u64), Verdict::Pending);
+        assert_eq!(
+            validate_header(&img[..HEADER_SIZE], img.len() as u64),
+            Verdict::Pending
+        );
     }
 }

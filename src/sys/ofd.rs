@@ -46,9 +46,7 @@ pub fn try_claim(fd: BorrowedFd<'_>, index: u32) -> io::Result<bool> {
     let mut fl = flock_for(index, libc::F_WRLCK as libc::c_short);
     match fcntl(fd, libc::F_OFD_SETLK, &mut fl) {
         Ok(()) => Ok(true),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {
-            Ok(false)
-        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => Ok(false),
         Err(e) => Err(e),
     }
 }

@@ -61,6 +61,7 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
             },
         );
     }
+    guard.stamp_time(); // so that `fairlock status` can show "held for"
     signals::install().map_err(|e| Failure::new(exit::OS, format!("sigaction: {e}")))?;
     let mut child = match command(a, path, &guard).spawn() {
         Ok(child) => child,

@@ -24,25 +24,9 @@ unreadable, not a regular file); 64 usage.";
 
 pub fn main(a: &StatusArgs) -> Result<u8, Failure> {
     let path = a.lockfile.as_path();
-    let mut st = fairlock::inspect(path).map_err(|e| Failure::open(path, &e))?;
-    if let Some(h) = st.holder.as_mut() {
-        h.elapsed = h.elapsed.filter(|d| !unstamped(*d));
-    }
+    let st = fairlock::inspect(path).map_err(|e| Failure::open(path, &e))?;
     out(&if a.json { json(&st) } else { text(&st) });
     Ok(0)
-}
-
-/// The library does not stamp the start time of an uncontended grant (its `since` stays 0),
-/// so `inspect` then reports the time since boot: treat that as unknown.
-fn unstamped(elapsed: Duration) -> bool {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    let now = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
-    now.saturating_sub(elapsed) < Duration::from_secs(2)
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {

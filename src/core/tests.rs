@@ -1,0 +1,251 @@
+//! Deterministic tests of the algorithm on heap memory with the scripted platform.
+
+use super::model::ModelPlatform;
+use super::word::{LapRelation, relate};
+use super::*;
+use crate::primitive::Ordering::Relaxed;
+
+fn me(participant: u32) -> Me {
+    Me {
+        participant,
+        tid: 100 + participant,
+        lease_ms: None,
+    }
+}
+
+fn word(st: &LockState<'_>, t: u64) -> Word {
+    Word(st.slot(t).word.load(Relaxed))
+}
+
+fn state_of(st: &LockState<'_>, t: u64) -> Option<State> {
+    let w = word(st, t);
+    (relate(w.lap(), st.lap(t)) == LapRelation::Same)
+        .then(|| w.state())
+        .flatten()
+}
+
+/// Publishes a waiter for the next ticket without blocking: lock with a deadline already past
+/// would abandon, so use the internal pieces: take the ticket and CAS the slot to Waiting.
+fn enqueue(st: &LockState<'_>, participant: u32) -> u64 {
+    let t = st.header().next_ticket.fetch_add(1, Relaxed);
+    let slot = st.slot(t);
+    let w = Word(slot.word.load(Relaxed));
+    assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);
+    let waiting = Word::new(st.lap(t), participant, State::Waiting, false);
+    slot.word
+        .compare_exchange(w.0, waiting.0, Relaxed, Relaxed)
+        .unwrap();
+    t
+}
+
+#[test]
+fn uncontended_tokens_increase_by_one() {
+    let o = OwnedState::new(4, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    for i in 0..20u64 {
+        let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+        assert_eq!(g.token(), i + 1);
+        assert!(!g.died);
+        release(&st, &p, &g, 1).unwrap();
+    }
+}
+
+#[test]
+fn try_lock_never_jumps_a_queue() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    assert_eq!(try_lock(&st, &p, &me(2)).unwrap(), None);
+    let t = enqueue(&st, 3);
+    release(&st, &p, &g, 1).unwrap();
+    assert_eq!(state_of(&st, t), Some(State::Granted));
+    // The lock is granted to the queued waiter, not free: try_lock still fails.
+    assert_eq!(try_lock(&st, &p, &me(2)).unwrap(), None);
+}
+
+#[test]
+fn dead_holder_is_revoked_and_next_is_told() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    let t = enqueue(&st, 2);
+    p.set_dead(1, true);
+    let mut watch = recover::Watch::default();
+    recover::recover(&st, &p, t, &mut watch, &Tuning::default());
+    assert_eq!(state_of(&st, g.ticket), Some(State::Revoked));
+    let w = word(&st, t);
+    assert_eq!(w.state(), Some(State::Granted));
+    assert!(w.died());
+    assert_eq!(release(&st, &p, &g, 1), Err(Lost));
+}
+
+#[test]
+fn dead_waiter_is_skipped() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    let dead = enqueue(&st, 2);
+    let live = enqueue(&st, 3);
+    p.set_dead(2, true);
+    release(&st, &p, &g, 1).unwrap();
+    // The release granted the dead waiter; the next one's recovery skips it.
+    assert_eq!(state_of(&st, dead), Some(State::Granted));
+    recover::recover(
+        &st,
+        &p,
+        live,
+        &mut recover::Watch::default(),
+        &Tuning::default(),
+    );
+    assert_eq!(state_of(&st, dead), Some(State::Skipped));
+    assert_eq!(state_of(&st, live), Some(State::Granted));
+}
+
+#[test]
+fn unclaimed_pre_grant_is_skipped_after_the_grace_only() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(0);
+    let tuning = Tuning::default();
+    // Ticket 0 is taken but its taker "dies" before claiming the advance grant.
+    let t0 = st.header().next_ticket.fetch_add(1, Relaxed);
+    let t1 = enqueue(&st, 2);
+    let mut watch = recover::Watch::default();
+    recover::recover(&st, &p, t1, &mut watch, &tuning);
+    assert_eq!(state_of(&st, t0), Some(State::Ready));
+    p.advance(tuning.grace_ns - 1);
+    recover::recover(&st, &p, t1, &mut watch, &tuning);
+    assert_eq!(state_of(&st, t0), Some(State::Ready));
+    p.advance(1);
+    recover::recover(&st, &p, t1, &mut watch, &tuning);
+    assert_eq!(state_of(&st, t0), Some(State::Skipped));
+    assert_eq!(state_of(&st, t1), Some(State::Granted));
+}
+
+#[test]
+fn timeout_abandons_and_the_queue_moves_on() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000_000);
+    let tuning = Tuning::default();
+    let g = lock(&st, &p, &me(1), None, &tuning).unwrap();
+    let deadline = p.now_ns() + 5_000_000;
+    assert_eq!(
+        lock(&st, &p, &me(2), Some(deadline), &tuning),
+        Err(WaitError::Timeout)
+    );
+    let behind = enqueue(&st, 3);
+    release(&st, &p, &g, 1).unwrap();
+    assert_eq!(state_of(&st, behind), Some(State::Granted));
+}
+
+#[test]
+fn lease_takeover_beats_a_late_extend_and_tokens_rise() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(0);
+    let tuning = Tuning::default();
+    let leased = Me {
+        lease_ms: Some(100),
+        ..me(1)
+    };
+    let g = lock(&st, &p, &leased, None, &tuning).unwrap();
+    assert!(g.leased);
+    let t = enqueue(&st, 2);
+    let mut watch = recover::Watch::default();
+    recover::recover(&st, &p, t, &mut watch, &tuning);
+    assert_eq!(
+        state_of(&st, g.ticket),
+        Some(State::Held),
+        "not expired yet"
+    );
+    // Extension in time moves the deadline.
+    p.advance(90_000_000);
+    extend(&st, &p, &g, 1, 100).unwrap();
+    p.advance(90_000_000);
+    recover::recover(&st, &p, t, &mut watch, &tuning);
+    assert_eq!(state_of(&st, g.ticket), Some(State::Held), "extended");
+    p.advance(20_000_000);
+    recover::recover(&st, &p, t, &mut watch, &tuning);
+    assert_eq!(state_of(&st, g.ticket), Some(State::Revoked));
+    let w = word(&st, t);
+    assert_eq!(w.state(), Some(State::Granted));
+    assert!(w.died());
+    assert_eq!(check(&st, &p, &g, 1), Err(Lost));
+    assert_eq!(extend(&st, &p, &g, 1, 100), Err(Lost));
+    assert_eq!(release(&st, &p, &g, 1), Err(Lost));
+    assert!(t + 1 > g.token());
+}
+
+#[test]
+fn revoke_own_hands_over_with_died_flag() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    let t = enqueue(&st, 2);
+    revoke_own(&st, &p, &g, 1);
+    assert!(word(&st, t).died());
+    assert_eq!(word(&st, t).state(), Some(State::Granted));
+}
+
+#[test]
+fn more_waiters_than_slots_in_threads() {
+    let o = OwnedState::new(2, 8);
+    let p = ModelPlatform::new(1);
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    let last = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for i in 0..6u32 {
+            let (o, p, counter, last) = (&o, &p, &counter, &last);
+            s.spawn(move || {
+                let st = o.view();
+                for _ in 0..300 {
+                    let g = lock(&st, p, &me(i), None, &Tuning::default()).unwrap();
+                    assert!(last.swap(g.token(), Relaxed) < g.token());
+                    let v = counter.load(Relaxed);
+                    std::thread::yield_now();
+                    counter.store(v + 1, Relaxed);
+                    release(&st, p, &g, i).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(counter.load(Relaxed), 1800);
+}
+
+#[test]
+fn garbage_words_never_panic() {
+    let o = OwnedState::new(4, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000_000);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for round in 0..300 {
+        for t in 0..4u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            st.slot(t).word.store(x, Relaxed);
+            st.slot(t).lease.store(x.rotate_left(17), Relaxed);
+        }
+        st.header().head.store(x.rotate_left(5), Relaxed);
+        if round % 2 == 0 {
+            st.header().next_ticket.store(x.rotate_left(9), Relaxed);
+        }
+        let deadline = Some(p.now_ns() + 3_000_000);
+        let _ = lock(&st, &p, &me(1), deadline, &Tuning::default());
+        let _ = try_lock(&st, &p, &me(1));
+        advance(&st, &p, x.rotate_left(3), false);
+        recover::recover(
+            &st,
+            &p,
+            x.rotate_left(11),
+            &mut recover::Watch::default(),
+            &Tuning::default(),
+        );
+    }
+}
