@@ -752,79 +752,91 @@ impl Handoff for FutexHandoff {
     }
 }
 
-/// Runs `n` rounds of a non-lock hand-off; returns the latencies. Same protocol as
-/// [`run_lock_handoff`]: the releaser waits until the waiter has announced itself, then
-/// `delay`s, stamps and lets go.
-fn run_handoff<H: Handoff>(h: Arc<H>, n: u64, delay: &(dyn Fn() + Sync)) -> Vec<u64> {
-    let go = Arc::new(AtomicU64::new(0));
-    let queued = Arc::new(AtomicU64::new(0));
-    let t1s = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let (h2, go2, queued2, t12, done2) = (
-        Arc::clone(&h),
-        Arc::clone(&go),
-        Arc::clone(&queued),
-        Arc::clone(&t1s),
-        Arc::clone(&done),
-    );
+/// The bookkeeping of a hand-off run. The two threads announce rounds to each other through
+/// these counters and *block* (`thread::park`) while they wait for each other, so that
+/// neither burns a CPU the other may need: only the lock (or floor) under test spins.
+#[derive(Default)]
+struct Rounds {
+    go: AtomicU64,
+    queued: AtomicU64,
+    done: AtomicU64,
+    t1: AtomicU64,
+}
+
+fn await_count(c: &AtomicU64, v: u64) {
+    while c.load(Acquire) != v {
+        std::thread::park();
+    }
+}
+
+fn announce(c: &AtomicU64, v: u64, to: &std::thread::Thread) {
+    c.store(v, Release);
+    to.unpark();
+}
+
+/// Runs `n` rounds of a hand-off: the waiter announces itself and starts waiting (`wait`);
+/// the releaser `delay`s, stamps `t0` and lets go (`release`); the waiter stamps `t1`.
+fn run_rounds(
+    n: u64,
+    wait: impl Fn(u64) -> u64 + Send + 'static,
+    release: impl Fn(u64, &dyn Fn() -> u64) -> u64,
+) -> Vec<u64> {
+    let r = Arc::new(Rounds::default());
+    let r2 = Arc::clone(&r);
+    let me = std::thread::current();
     let waiter = std::thread::spawn(move || {
         for i in 0..n {
-            wait_for(u64::MAX / 4, || go2.load(Acquire) == i + 1);
-            queued2.store(i + 1, Release);
-            let t1 = h2.wait(i);
-            t12.store(t1, Release);
-            done2.store(i + 1, Release);
+            await_count(&r2.go, i + 1);
+            announce(&r2.queued, i + 1, &me);
+            let t1 = wait(i);
+            r2.t1.store(t1, Release);
+            announce(&r2.done, i + 1, &me);
         }
     });
+    let wt = waiter.thread().clone();
     let mut lat = Vec::with_capacity(n as usize);
     for i in 0..n {
-        go.store(i + 1, Release);
-        wait_for(u64::MAX / 4, || queued.load(Acquire) == i + 1);
-        let t0 = h.release(i, delay);
-        wait_for(u64::MAX / 4, || done.load(Acquire) == i + 1);
-        lat.push(t1s.load(Acquire).saturating_sub(t0));
+        let t0 = release(i, &|| {
+            announce(&r.go, i + 1, &wt);
+            await_count(&r.queued, i + 1);
+            0
+        });
+        await_count(&r.done, i + 1);
+        lat.push(r.t1.load(Acquire).saturating_sub(t0));
     }
     waiter.join().expect("waiter");
     lat
+}
+
+/// Runs `n` rounds of a non-lock hand-off (a floor).
+fn run_handoff<H: Handoff>(h: Arc<H>, n: u64, delay: &(dyn Fn() + Sync)) -> Vec<u64> {
+    let h2 = Arc::clone(&h);
+    run_rounds(
+        n,
+        move |i| h2.wait(i),
+        |i, start| {
+            start();
+            h.release(i, &|| delay())
+        },
+    )
 }
 
 /// Runs `n` rounds of a lock hand-off: the releaser takes the lock, lets the waiter queue,
 /// waits `delay`, stamps `t0` and unlocks; the waiter stamps `t1` once it holds the lock.
 fn run_lock_handoff<C: Competitor>(path: &Path, n: u64, delay: &(dyn Fn() + Sync)) -> Vec<u64> {
     let releaser = C::create(path);
-    let waiter_lock = releaser.handle();
-    let go = Arc::new(AtomicU64::new(0));
-    let queued = Arc::new(AtomicU64::new(0));
-    let t1s = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let (go2, queued2, t12, done2) = (
-        Arc::clone(&go),
-        Arc::clone(&queued),
-        Arc::clone(&t1s),
-        Arc::clone(&done),
-    );
-    let waiter = std::thread::spawn(move || {
-        for i in 0..n {
-            wait_for(u64::MAX / 4, || go2.load(Acquire) == i + 1);
-            queued2.store(i + 1, Release);
-            let t1 = waiter_lock.with(|_| now_ns());
-            t12.store(t1, Release);
-            done2.store(i + 1, Release);
-        }
-    });
-    let mut lat = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let t0 = releaser.with(|_| {
-            go.store(i + 1, Release);
-            wait_for(u64::MAX / 4, || queued.load(Acquire) == i + 1);
-            delay();
-            now_ns()
-        });
-        wait_for(u64::MAX / 4, || done.load(Acquire) == i + 1);
-        lat.push(t1s.load(Acquire).saturating_sub(t0));
-    }
-    waiter.join().expect("waiter");
-    lat
+    let waiter = releaser.handle();
+    run_rounds(
+        n,
+        move |_| waiter.with(|_| now_ns()),
+        |_, start| {
+            releaser.with(|_| {
+                start();
+                delay();
+                now_ns()
+            })
+        },
+    )
 }
 
 fn futex_wait_for(s: &Shm, want: u64) {
@@ -1168,6 +1180,56 @@ fn worker(args: &[String]) {
             let out = PathBuf::from(&args[5]);
             let log = with_kind!(kind, C => contend(&C::attach(&path), &gate, cs));
             write_log(&out, &log);
+        }
+        Some("one") => {
+            // Profiling aid: `--worker one <competitor> <threads> <cs-ns> <ms>` runs one
+            // thread scenario (or, with 0 threads, the uncontended loop) and prints its figures.
+            let kind = Kind::parse(&args[1]);
+            let n: usize = args[2].parse().expect("threads");
+            let cs: u64 = args[3].parse().expect("cs");
+            let ms: u64 = args[4].parse().expect("ms");
+            let dir = std::env::temp_dir().join(format!("lockbench-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("scratch dir");
+            let ctx = Ctx {
+                plan: Plan {
+                    rounds: 1,
+                    uncontended_ns: ms * 1_000_000,
+                    contended_ns: ms * 1_000_000,
+                    handoffs: 0,
+                    crashes: 0,
+                },
+                dir,
+                exe: std::env::current_exe().expect("current_exe"),
+            };
+            if n == 0 {
+                let path = ctx.path("one");
+                let v = with_kind!(kind, C => uncontended_one::<C>(&path, ms * 1_000_000));
+                println!("{}: {v:.1} ns per lock + unlock", kind.name());
+            } else {
+                let m = with_kind!(kind, C => trial_threads::<C>(&ctx, n, cs));
+                let s = summarize(kind.name(), &[m]);
+                println!("{}", s.row.join(" | "));
+            }
+            let _ = std::fs::remove_dir_all(&ctx.dir);
+        }
+        Some("handoff") => {
+            // Profiling aid: `--worker handoff <competitor> <parked: 0|1> <rounds>`.
+            let kind = Kind::parse(&args[1]);
+            let parked = args[2] == "1";
+            let n: u64 = args[3].parse().expect("rounds");
+            let path = std::env::temp_dir().join(format!("lockbench-h-{}", std::process::id()));
+            let spin_delay = || busy_until(now_ns() + 10_000);
+            let park_delay = || std::thread::sleep(Duration::from_micros(300));
+            let delay: &(dyn Fn() + Sync) = if parked { &park_delay } else { &spin_delay };
+            let mut lat = with_kind!(kind, C => run_lock_handoff::<C>(&path, n, delay));
+            let _ = std::fs::remove_file(&path);
+            lat.sort_unstable();
+            println!(
+                "{}: p50 {} p99 {}",
+                kind.name(),
+                ns(quantile(&lat, 0.5) as f64),
+                ns(quantile(&lat, 0.99) as f64)
+            );
         }
         Some("hold") => {
             let kind = Kind::parse(&args[1]);

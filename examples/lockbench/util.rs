@@ -24,24 +24,25 @@ pub fn busy_until(until: u64) {
     }
 }
 
-/// Waits (spinning, then yielding) until `f` is true or `timeout_ns` passes. True if `f`.
+/// Waits until `f` is true or `timeout_ns` passes; true if `f`. Polls a few times, then sleeps
+/// 20 µs between polls: the harness must not burn a CPU that the locks under test need (two
+/// CPUs only).
 pub fn wait_for(timeout_ns: u64, mut f: impl FnMut() -> bool) -> bool {
-    let until = now_ns() + timeout_ns;
+    let until = now_ns().saturating_add(timeout_ns);
     let mut i = 0u32;
     loop {
         if f() {
             return true;
         }
         i = i.wrapping_add(1);
-        if i.is_multiple_of(64) {
+        if i > 16 {
             if now_ns() >= until {
                 return false;
             }
-            if i > 4096 {
-                std::thread::yield_now();
-            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        } else {
+            std::hint::spin_loop();
         }
-        std::hint::spin_loop();
     }
 }
 
