@@ -37,6 +37,16 @@
 
 #![warn(missing_docs)]
 
+/// Marks a named step of the protocol for the crash suite (feature `crash-points`, see
+/// `src/sys/crash.rs`); nothing otherwise.
+macro_rules! crash_point {
+    ($name:literal) => {
+        #[cfg(all(feature = "crash-points", not(loom)))]
+        $crate::sys::crash::hit($name);
+    };
+}
+pub(crate) use crash_point;
+
 pub mod core;
 mod error;
 mod primitive;

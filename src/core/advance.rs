@@ -51,6 +51,7 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                 State::Waiting | State::Sleeping => {
                     let granted = Word::new(lap, w.participant(), State::Granted, died);
                     if cas(slot, w, granted) {
+                        crate::crash_point!("advance.granted");
                         if state == State::Sleeping {
                             p.wake(&slot.word);
                         }
@@ -64,6 +65,7 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
             LapRelation::Previous if state.is_final() => {
                 let ready = Word::new(lap, 0, State::Ready, died);
                 if cas(slot, w, ready) {
+                    crate::crash_point!("advance.ready");
                     st.header().head.store(h, Relaxed);
                     return;
                 }

@@ -30,6 +30,7 @@ pub fn release<P: Platform>(
     participant: u32,
 ) -> Result<(), Lost> {
     let t = g.ticket;
+    crate::crash_point!("release.start");
     let Some((slot, w)) = held_word(st, t, participant) else {
         advance(st, p, t, false);
         return Err(Lost);
@@ -39,6 +40,7 @@ pub fn release<P: Platform>(
         // needs the owner dead), so a store suffices. Release: publishes our critical
         // section to the Acquire load of whoever advances next.
         slot.word.store(w.with_state(State::Done).0, Release);
+        crate::crash_point!("release.done");
         advance(st, p, t.wrapping_add(1), false);
         return Ok(());
     }
@@ -56,6 +58,7 @@ pub fn release<P: Platform>(
         advance(st, p, t, false);
         return Err(Lost);
     }
+    crate::crash_point!("release.done");
     advance(st, p, t.wrapping_add(1), false);
     Ok(())
 }
@@ -105,6 +108,7 @@ pub fn extend<P: Platform>(
             Err(now) => cur = now,
         }
     }
+    crate::crash_point!("extend.written");
     // The word can only have left `Held` through a revocation, which starts on this field
     // (lease takeover) or judges us dead (impossible while we run).
     held_word(st, t, participant).map(|_| ()).ok_or(Lost)

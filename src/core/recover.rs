@@ -92,6 +92,7 @@ pub fn recover<P: Platform>(
             }
             State::Granted => {
                 if dead() && cas(slot, w, w.with_state(State::Skipped)) {
+                    crate::crash_point!("recover.skipped");
                     advance(st, p, h, false);
                 }
                 return;
@@ -110,6 +111,7 @@ pub fn recover<P: Platform>(
             State::Held => {
                 if dead() {
                     if cas(slot, w, w.with_state(State::Revoked)) {
+                        crate::crash_point!("recover.revoked");
                         advance(st, p, h, false);
                     }
                     return;
@@ -150,6 +152,9 @@ fn take_over<P: Platform>(st: &LockState<'_>, p: &P, h: u64, w: Word, raw: u64) 
     {
         return; // extended or released meanwhile: look again next time
     }
-    cas(slot, w, w.with_state(State::Revoked));
+    crate::crash_point!("takeover.lease_revoked");
+    if cas(slot, w, w.with_state(State::Revoked)) {
+        crate::crash_point!("takeover.revoked");
+    }
     advance(st, p, h, false);
 }

@@ -38,6 +38,7 @@ pub fn lock<P: Platform>(
 /// no lease. One CAS, expecting exactly that `Ready` word, claims it.
 #[inline(always)]
 pub fn claim_ready(st: &LockState<'_>, t: u64, me: &Me) -> Option<Grant> {
+    crate::crash_point!("acquire.ticket_taken");
     if me.lease_ms.is_some() {
         return None;
     }
@@ -49,6 +50,7 @@ pub fn claim_ready(st: &LockState<'_>, t: u64, me: &Me) -> Option<Grant> {
     slot.word
         .compare_exchange(ready.0, held.0, AcqRel, Acquire)
         .ok()?;
+    crate::crash_point!("acquire.claimed");
     // Not a CAS: see `claimed`.
     slot.lease.store(Lease::None.encode(lap), Relaxed);
     // Unknown: reading a clock here would cost a fifth of the uncontended path. A holder
@@ -166,6 +168,7 @@ fn publish<P: Platform>(
                     }
                     let held = Word::new(lap, me.participant, State::Held, w.died());
                     if cas(slot, w, held) {
+                        crate::crash_point!("acquire.claimed");
                         return Ok(match claimed(st, p, slot, t, me) {
                             true => Published::Held(Grant {
                                 ticket: t,
@@ -183,8 +186,10 @@ fn publish<P: Platform>(
                 if !announce_lease(slot, lap, lease_raw, me) {
                     continue;
                 }
+                crate::crash_point!("acquire.lease_announced");
                 let waiting = Word::new(lap, me.participant, State::Waiting, false);
                 if cas(slot, w, waiting) {
+                    crate::crash_point!("acquire.published");
                     stamp_owner(slot, t, me);
                     stamp_since(p, slot);
                     return Ok(Published::Waiting(waiting));
@@ -230,7 +235,9 @@ fn wait_for_grant<P: Platform>(
         }
         match w.state() {
             Some(State::Granted) => {
+                crate::crash_point!("acquire.granted_seen");
                 if cas(slot, w, w.with_state(State::Held)) {
+                    crate::crash_point!("acquire.claimed");
                     if claimed(st, p, slot, t, me) {
                         stamp_since(p, slot);
                         return Ok(Some(Grant {
@@ -260,7 +267,9 @@ fn wait_for_grant<P: Platform>(
         let now = p.now_ns();
         if deadline.is_some_and(|d| now >= d) {
             // Timeout and grant race on this CAS: if the grant won, we own the lock.
+            crate::crash_point!("timeout.abandoning");
             if cas(slot, w, w.with_state(State::Abandoned)) {
+                crate::crash_point!("timeout.abandoned");
                 return Err(WaitError::Timeout);
             }
             continue;
@@ -292,6 +301,7 @@ fn park<P: Platform>(p: &P, slot: &Slot, w: Word, until: u64) {
     if w.state() == Some(State::Waiting) && !cas(slot, w, sleeping) {
         return; // changed: re-read
     }
+    crate::crash_point!("acquire.parking");
     p.wait(&slot.word, sleeping.futex_value(), Some(until));
 }
 
@@ -342,6 +352,7 @@ fn claimed<P: Platform>(st: &LockState<'_>, p: &P, slot: &Slot, t: u64, me: &Me)
             slot.lease.store(Lease::None.encode(lap), Relaxed);
         }
         Some(ms) => {
+            crate::crash_point!("acquire.lease_pending");
             let until = p.now_ns() / 1_000_000 + ms;
             if !stamp_lease(slot, lap, Lease::Until(until)) {
                 super::holder::finish_revocation(st, p, t);

@@ -3,6 +3,8 @@
 
 pub mod boot_id;
 pub mod clock;
+#[cfg(feature = "crash-points")]
+pub mod crash;
 pub mod futex;
 pub mod ofd;
 pub mod platform;

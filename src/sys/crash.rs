@@ -1,0 +1,47 @@
+//! Test-only crash injection (cargo feature `crash-points`): kill or stop this process at a
+//! named step of the protocol, so the crash suite can hit every step, not just random moments.
+//!
+//! Configured by the environment variable `FAIRLOCK_CRASH=POINT[@N][:kill|:stop]`: at the
+//! `N`-th time (1-based, default 1) this process passes `POINT`, it raises `SIGKILL` (default)
+//! or `SIGSTOP` on itself. Without the feature, `crash_point!` expands to nothing.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+struct Plan {
+    point: String,
+    nth: u64,
+    signal: libc::c_int,
+}
+
+static PLAN: OnceLock<Option<Plan>> = OnceLock::new();
+static HITS: AtomicU64 = AtomicU64::new(0);
+
+fn plan() -> Option<&'static Plan> {
+    PLAN.get_or_init(|| {
+        let spec = std::env::var("FAIRLOCK_CRASH").ok()?;
+        let (rest, signal) = match spec.rsplit_once(':') {
+            Some((r, "stop")) => (r.to_string(), libc::SIGSTOP),
+            Some((r, "kill")) => (r.to_string(), libc::SIGKILL),
+            _ => (spec.clone(), libc::SIGKILL),
+        };
+        let (point, nth) = match rest.split_once('@') {
+            Some((p, n)) => (p.to_string(), n.parse().ok()?),
+            None => (rest, 1),
+        };
+        Some(Plan { point, nth, signal })
+    })
+    .as_ref()
+}
+
+/// Called at each named step; acts when the plan says so.
+pub fn hit(point: &str) {
+    let Some(plan) = plan() else { return };
+    if plan.point != point {
+        return;
+    }
+    if HITS.fetch_add(1, Relaxed) + 1 == plan.nth {
+        // SAFETY: raise has no memory-safety preconditions.
+        unsafe { libc::raise(plan.signal) };
+    }
+}
