@@ -26,7 +26,7 @@ use crate::sys::clock;
 /// drop(inner);
 /// drop(outer); // released here
 /// # std::fs::remove_file(&path)?;
-/// # Ok::<(), fairlock::Error>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
 pub struct FairRLock {
