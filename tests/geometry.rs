@@ -42,17 +42,15 @@ fn tiny_slot_array_wraps_many_laps() {
 }
 
 #[test]
-#[ignore = "bug: with more than `slots` tickets outstanding, lock() can fail with \
-            Corrupt(\"slot is laps behind its ticket\") instead of polling for its slot"]
 fn more_waiters_than_slots() {
     // 6 threads on a 4-slot file: a waiter whose slot is still used one lap earlier polls
     // for it; meanwhile a ticket one more lap ahead finds the slot two laps behind.
+    // (Failed with Corrupt("slot is laps behind its ticket") before commit 1205289.)
     small_slots_stress(4, 6, 300);
+    small_slots_stress(2, 5, 300);
 }
 
 #[test]
-#[ignore = "bug: with more than 2 x slots tickets outstanding, lock() fails at once with \
-            Corrupt(\"slot is laps behind its ticket\") instead of polling for its slot"]
 fn more_than_two_laps_of_waiters() {
     // A 2-slot file: the holder plus 3 waiters fill two laps; the 4th waiter's slot is still
     // used by the holder's ticket, two laps behind. The docs (DEFAULT_SLOTS) promise that
@@ -150,10 +148,11 @@ fn too_many_participants() {
 
 #[test]
 fn participant_entry_of_a_dead_holder_is_reused() {
-    // A one-entry file: a process takes the lock and exits holding it; the next process
+    // A one-entry file: a process takes the lock and is killed holding it; the next process
     // claims the same entry and must revoke what its predecessor left behind.
     const TOKEN: usize = 0;
     const DIED: usize = 1;
+    const FLAG: usize = 2;
     if let Some(r) = role() {
         let shm = Shm::open(common::env("FL_SHM").as_ref());
         let lock = FairLock::open(common::env("FL_LOCK")).expect("worker open");
@@ -162,16 +161,17 @@ fn participant_entry_of_a_dead_holder_is_reused() {
             .expect("worker lock");
         shm.write(TOKEN, g.token());
         shm.write(DIED, u64::from(g.owner_died()));
-        if r == "die-holding" {
-            std::mem::forget(g);
-            std::process::exit(0);
+        shm.atomic(FLAG).store(1, SeqCst);
+        if r == "hold-until-killed" {
+            std::thread::sleep(Duration::from_secs(60));
+            panic!("not killed");
         }
         return;
     }
     let dir = TempDir::new("geometry-reuse");
     let path = dir.join("lock");
     let shm_path = dir.join("shm");
-    let shm = Shm::create(&shm_path, 2);
+    let shm = Shm::create(&shm_path, 3);
     drop(
         FairLock::options()
             .participants(1)
@@ -183,20 +183,20 @@ fn participant_entry_of_a_dead_holder_is_reused() {
         ("FL_SHM", shm_path.display().to_string()),
     ];
     let test = "participant_entry_of_a_dead_holder_is_reused";
-    let mut w = vec![Worker::spawn(
-        dir.path(),
-        test,
-        "die-holding",
-        "first",
-        &env,
-    )];
-    wait_all(&mut w, Duration::from_secs(30));
-    let first = shm.read(TOKEN);
+    let mut first = Worker::spawn(dir.path(), test, "hold-until-killed", "first", &env);
+    common::wait_until(Duration::from_secs(30), "the first worker's grant", || {
+        shm.atomic(FLAG).load(SeqCst) == 1
+    });
+    first.child.kill().expect("kill");
+    first.child.wait().expect("wait");
+    let held = shm.read(TOKEN);
+    // Killed outright: the file still records its hold.
     let st = fairlock::inspect(&path).expect("inspect");
-    assert_eq!(st.holder.as_ref().map(|h| h.token), Some(first), "{st:?}");
+    assert_eq!(st.holder.as_ref().map(|h| h.token), Some(held), "{st:?}");
+    shm.atomic(FLAG).store(0, SeqCst);
     let mut w = vec![Worker::spawn(dir.path(), test, "lock", "second", &env)];
     wait_all(&mut w, Duration::from_secs(30));
-    assert!(shm.read(TOKEN) > first);
+    assert!(shm.read(TOKEN) > held);
     assert_eq!(
         shm.read(DIED),
         1,

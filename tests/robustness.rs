@@ -166,9 +166,6 @@ fn killed_waiter_does_not_stall_the_queue() {
 }
 
 #[test]
-#[ignore = "bug (as of commit 8d153e5): a thread that exits while holding (guard leaked) is never \
-            recovered within its process: liveness treats every thread of the own process as \
-            alive, so the lock stays held forever, although owner_died() documents this case"]
 fn thread_exiting_while_holding_is_recovered() {
     let dir = TempDir::new("robust-thread-exit");
     let lock = Arc::new(FairLock::open(dir.join("lock")).expect("open"));
