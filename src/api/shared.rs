@@ -19,6 +19,10 @@ use crate::sys::{ofd, thread};
 /// A process's view of one lock file.
 pub(crate) struct Shared {
     pub(crate) path: PathBuf,
+    /// A descriptor of its own open file description, used only for beacons (OFD locks).
+    /// Never the one we mapped: a mapping keeps its open file description — and with it
+    /// every OFD lock on it — alive for as long as the mapping exists, which includes the copy
+    /// a forked child inherits. Our beacon must die with our process.
     file: File,
     mapping: Mapping,
     /// Our participant index.
@@ -53,11 +57,13 @@ impl Shared {
         {
             return Ok(existing); // our extra descriptor closes here; it holds no beacon
         }
-        let participant = register(&opened.file, &opened.mapping, path)?;
-        thread::register_beacon_fd(opened.file.as_raw_fd());
+        let beacon = reopen(&opened.file, opened.id, path)?;
+        drop(opened.file); // the mapping keeps what it needs
+        let participant = register(&beacon, &opened.mapping, path)?;
+        thread::register_beacon_fd(beacon.as_raw_fd());
         let shared = Arc::new(Shared {
             path: path.to_path_buf(),
-            file: opened.file,
+            file: beacon,
             mapping: opened.mapping,
             participant,
             id: opened.id,
@@ -121,6 +127,32 @@ impl Shared {
         }
         core::advance(&st, &p, st.header().head.load(Relaxed), false);
     }
+}
+
+/// A second open file description of the same file (through `/proc/self/fd`, so it is the
+/// same inode even if the path was replaced meanwhile), for the beacon.
+fn reopen(file: &File, id: (u64, u64), path: &Path) -> Result<File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let open = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(p)
+    };
+    // Without /proc, the path itself (checked to be the same inode below).
+    let beacon = open(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())))
+        .or_else(|_| open(path))
+        .map_err(|e| Error::io(path, "reopen for the beacon", e))?;
+    let meta = beacon.metadata().map_err(|e| Error::io(path, "stat", e))?;
+    if (meta.dev(), meta.ino()) != id {
+        return Err(Error::io(
+            path,
+            "reopen for the beacon",
+            std::io::Error::other("reopened a different file"),
+        ));
+    }
+    Ok(beacon)
 }
 
 /// Claims a free participant entry: the first whose beacon we can lock, starting at a spot
