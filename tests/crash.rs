@@ -625,13 +625,20 @@ fn chaos_random_kills_and_crash_points() {
         log.len()
     );
     eprintln!("[chaos] kills per crash point: {per_point:?}");
-    let mut gaps: Vec<(Duration, u64)> = log
+    let mut gaps: Vec<(Duration, u64, u64)> = log
         .windows(2)
-        .map(|w| (Duration::from_nanos(w[1].1.saturating_sub(w[0].1)), w[1].0))
+        .map(|w| {
+            (
+                Duration::from_nanos(w[1].1.saturating_sub(w[0].1)),
+                w[0].0,
+                w[1].0,
+            )
+        })
         .collect();
     gaps.sort();
     eprintln!(
-        "[chaos] largest gaps (gap, token after it): {:?}",
+        "[chaos] largest gaps (gap, token before, token after; the tokens between went to \
+         tickets that died, timed out or were skipped): {:?}",
         &gaps[gaps.len().saturating_sub(3)..]
     );
     let known = shm.read(KNOWN_BUG);
