@@ -106,13 +106,15 @@ impl<'a> LockGuard<'a> {
         .map_err(|_| Error::LockLost)
     }
 
-    /// Records "now" as the start of this hold, so that [`crate::inspect`] (and `fairlock
-    /// status`) can show how long the lock has been held. The uncontended path skips the clock
-    /// read to stay fast; a grant that had to wait is stamped already.
+    /// Records this thread and "now" as the start of this hold, so that [`crate::inspect`]
+    /// (and `fairlock status`) can show the holder's thread and how long it has held the lock.
+    /// The uncontended path skips this to stay fast; a grant that had to wait is stamped
+    /// already.
     pub fn stamp_time(&self) {
         if self.shared.is_current() {
+            let tid = (self.key >> 32) as u32;
             let st = self.shared.state();
-            core::wait::stamp_since(&self.shared.platform(), st.slot(self.grant.ticket));
+            core::wait::stamp_holder(&st, &self.shared.platform(), self.grant.ticket, tid);
         }
     }
 

@@ -122,12 +122,8 @@ pub(crate) fn snapshot(path: &Path, st: &LockState<'_>) -> Status {
             state: state.name(),
             pid,
             tid: stamped.then(|| slot.tid.load(Relaxed)),
-            elapsed: match slot.since.load(Relaxed) {
-                since if stamped && since != 0 => {
-                    Some(Duration::from_nanos(now.saturating_sub(since)))
-                }
-                _ => None,
-            },
+            elapsed: stamped
+                .then(|| Duration::from_nanos(now.saturating_sub(slot.since.load(Relaxed)))),
             lease_remaining: if state.is_granted() {
                 lease_remaining
             } else {

@@ -53,10 +53,9 @@ pub fn claim_ready(st: &LockState<'_>, t: u64, me: &Me) -> Option<Grant> {
     crate::crash_point!("acquire.claimed");
     // Not a CAS: see `claimed`.
     slot.lease.store(Lease::None.encode(lap), Relaxed);
-    // Unknown: reading a clock here would cost a fifth of the uncontended path. A holder
-    // that wants `status` to show its hold time stamps it with `LockGuard::stamp_time`.
-    slot.since.store(0, Relaxed);
-    stamp_owner(slot, t, me);
+    // The informational fields (thread, since when) are left alone here: even the coarse
+    // clock would cost a fifth of the uncontended path. `status` shows them only when `stamp`
+    // names this ticket; a holder that wants them shown calls `LockGuard::stamp_time`.
     Some(Grant {
         ticket: t,
         died: false,
@@ -399,9 +398,16 @@ fn stamp_owner(slot: &Slot, t: u64, me: &Me) {
     slot.stamp.store(t.wrapping_add(1), Relaxed);
 }
 
-/// When the ticket was published or claimed after waiting (for status). Not on the
-/// uncontended path, where reading even the coarse clock would cost a fifth of the time; a
-/// holder may stamp it later with [`stamp_since`].
-pub fn stamp_since<P: Platform>(p: &P, slot: &Slot) {
+/// When the ticket was published or claimed after waiting (for status).
+fn stamp_since<P: Platform>(p: &P, slot: &Slot) {
     slot.since.store(p.coarse_now_ns(), Relaxed);
+}
+
+/// Records the holder's thread and "now" for ticket `t` (for status); what the uncontended
+/// path skips. Informational, Relaxed.
+pub fn stamp_holder<P: Platform>(st: &LockState<'_>, p: &P, t: u64, tid: u32) {
+    let slot = st.slot(t);
+    slot.tid.store(tid, Relaxed);
+    slot.since.store(p.coarse_now_ns(), Relaxed);
+    slot.stamp.store(t.wrapping_add(1), Relaxed);
 }
