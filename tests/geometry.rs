@@ -42,9 +42,6 @@ fn tiny_slot_array_wraps_many_laps() {
 }
 
 #[test]
-#[ignore = "bug: rarely (about 1 run in 75 under machine load), lock() without a timeout fails \
-            with Corrupt(\"our ticket was skipped over and over\") when more threads than slots \
-            contend; run with --ignored to reproduce (more_waiters_than_slots_hard is faster)"]
 fn more_waiters_than_slots() {
     // 6 threads on a 4-slot file: a waiter whose slot is still used one lap earlier polls
     // for it; meanwhile a ticket one more lap ahead finds the slot two laps behind.
@@ -210,9 +207,6 @@ fn participant_entry_of_a_dead_holder_is_reused() {
 }
 
 #[test]
-#[ignore = "bug: lock() without a timeout can fail with \
-            Corrupt(\"our ticket was skipped over and over\") when more threads than slots \
-            contend (a lapped taker's tickets keep being skipped until MAX_RETAKES runs out)"]
 fn more_waiters_than_slots_hard() {
     // The same as more_waiters_than_slots, harder: 8 threads on 2 slots, more rounds.
     for _ in 0..5 {

@@ -4,7 +4,7 @@
 use super::layout::{LockState, Slot};
 use super::platform::Platform;
 use super::word::{LapRelation, State, Word, relate};
-use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
+use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 /// Walks forward from ticket `from` over final tickets and grants the first one that is not:
 ///
@@ -55,7 +55,9 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                         if state == State::Sleeping {
                             p.wake(&slot.word);
                         }
-                        st.header().head.store(h, Relaxed);
+                        // Release: pairs with the Acquire load in `publish`: everything this walk read
+                        // (the final words it passed) happens-before a taker reuses those slots.
+                        st.header().head.store(h, Release);
                         wake_successor(st, p, h.wrapping_add(1));
                         return;
                     }
@@ -66,7 +68,9 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                 let ready = Word::new(lap, 0, State::Ready, died);
                 if cas(slot, w, ready) {
                     crate::crash_point!("advance.ready");
-                    st.header().head.store(h, Relaxed);
+                    // Release: pairs with the Acquire load in `publish`: everything this walk read
+                    // (the final words it passed) happens-before a taker reuses those slots.
+                    st.header().head.store(h, Release);
                     return;
                 }
             }

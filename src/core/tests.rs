@@ -249,3 +249,39 @@ fn garbage_words_never_panic() {
         );
     }
 }
+
+/// Regression: a taker whose ticket was skipped after the grace (it stalled between taking the
+/// ticket and publishing) must queue again with a new ticket, not retry the old one until it
+/// reports corruption.
+#[test]
+fn taker_skipped_after_the_grace_queues_again() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(0);
+    let tuning = Tuning::default();
+    let stalled = st.header().next_ticket.fetch_add(1, Relaxed);
+    let t1 = enqueue(&st, 2);
+    let mut watch = recover::Watch::default();
+    recover::recover(&st, &p, t1, &mut watch, &tuning);
+    p.advance(tuning.grace_ns);
+    recover::recover(&st, &p, t1, &mut watch, &tuning);
+    assert_eq!(state_of(&st, stalled), Some(State::Skipped));
+    // Waiter 2 claims and releases; then the stalled taker resumes.
+    let w = word(&st, t1);
+    st.slot(t1)
+        .word
+        .compare_exchange(w.0, w.with_state(State::Held).0, Relaxed, Relaxed)
+        .unwrap();
+    let g1 = Grant {
+        ticket: t1,
+        died: false,
+        leased: false,
+    };
+    release(&st, &p, &g1, 2).unwrap();
+    let deadline = Some(p.now_ns() + 1);
+    let g = lock_contended(&st, &p, &me(1), deadline, &tuning, stalled).unwrap();
+    assert!(
+        g.ticket > t1,
+        "queued again behind the ticket that overtook it"
+    );
+}

@@ -78,7 +78,9 @@ pub fn lock_contended<P: Platform>(
     for _ in 0..MAX_RETAKES {
         match publish(st, p, t, me, deadline)? {
             Published::Held(g) => return Ok(g),
-            Published::Skipped => continue,
+            // Our ticket is gone (we stalled past the grace, or our pending lease was revoked):
+            // queue again with a new ticket, below. (Retrying the old one was a bug.)
+            Published::Skipped => {}
             Published::Waiting(w) => {
                 if let Some(g) = wait_for_grant(st, p, t, w, me, deadline, tuning)? {
                     return Ok(g);
@@ -181,7 +183,7 @@ fn publish<P: Platform>(
                 State::Skipped => return Ok(Published::Skipped),
                 _ => return Err(WaitError::Corrupt("another owner published our ticket")),
             },
-            LapRelation::Previous if state.is_final() => {
+            LapRelation::Previous if state.is_final() && passed(st, t) => {
                 if !announce_lease(slot, lap, lease_raw, me) {
                     continue;
                 }
@@ -196,7 +198,8 @@ fn publish<P: Platform>(
             }
             LapRelation::Previous | LapRelation::Behind => {
                 // More than N tickets are outstanding and an earlier ticket (t - N, or t - kN
-                // with more than kN outstanding) still uses the slot.
+                // with more than kN outstanding) still uses the slot, or is final but no grant
+                // has passed it yet (see `passed`).
                 // Poll until it is final. If we time out here the ticket stays unpublished and
                 // is skipped after the grace, like the ticket of a taker that died.
                 if deadline.is_some_and(|d| p.now_ns() >= d) {
@@ -207,6 +210,17 @@ fn publish<P: Platform>(
             LapRelation::Later => return Ok(Published::Skipped),
         }
     }
+}
+
+/// Whether a grant has passed ticket `t - N`, the previous user of `t`'s slot: only then may
+/// `t` reuse the slot. Otherwise the final state of `t - N` could be overwritten before any
+/// `advance` read it — and a `Revoked` there is what tells the next holder that the owner died.
+#[inline]
+fn passed(st: &LockState<'_>, t: u64) -> bool {
+    // Acquire: pairs with the Release store of `head` in `advance`, which read the previous
+    // lap's final word before publishing a head beyond it.
+    let head = st.header().head.load(Acquire);
+    t.wrapping_sub(head) < st.slot_count()
 }
 
 /// Waits for the grant of our published ticket `t`. `Ok(None)`: the ticket was skipped.
