@@ -23,6 +23,7 @@ fn inspect_shows_holder_and_waiters_of_other_processes() {
         let shm = Shm::open(common::env("FL_SHM").as_ref());
         if r == "holder" {
             let g = lock.lock().expect("lock");
+            g.stamp_time(); // an uncontended grant shows its thread and age only when stamped
             shm.atomic(HOLDER_TID)
                 .store(u64::from(common::gettid()), SeqCst);
             shm.atomic(FLAG).store(1, SeqCst);
@@ -126,6 +127,13 @@ fn inspect_shows_threads_of_this_process() {
     let path = dir.join("lock");
     let lock = Arc::new(FairLock::open(&path).expect("open"));
     let g = lock.lock().expect("lock");
+    // Uncontended: the fast path records no thread or time...
+    let st = fairlock::inspect(&path).expect("inspect");
+    let h = st.holder.clone().expect("holder");
+    assert_eq!(h.pid, Some(std::process::id()));
+    assert_eq!((h.tid, h.elapsed), (None, None), "{st:?}");
+    // ...until the holder stamps them.
+    g.stamp_time();
     let st = fairlock::inspect(&path).expect("inspect");
     let h = st.holder.clone().expect("holder");
     assert_eq!(h.pid, Some(std::process::id()));

@@ -51,13 +51,14 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                 State::Waiting | State::Sleeping => {
                     let granted = Word::new(lap, w.participant(), State::Granted, died);
                     if cas(slot, w, granted) {
+                        // Release: pairs with the Acquire load in `publish`: everything this walk read
+                        // (the final words it passed) happens-before a taker reuses those slots.
+                        // Before the wake: the woken holder may release and store a later head.
+                        st.header().head.store(h, Release);
                         crate::crash_point!("advance.granted");
                         if state == State::Sleeping {
                             p.wake(&slot.word);
                         }
-                        // Release: pairs with the Acquire load in `publish`: everything this walk read
-                        // (the final words it passed) happens-before a taker reuses those slots.
-                        st.header().head.store(h, Release);
                         wake_successor(st, p, h.wrapping_add(1));
                         return;
                     }

@@ -39,6 +39,7 @@ pub enum Lease {
 
 impl Lease {
     /// Encodes `self` for the ticket of lap `lap`. `Unwritten` encodes as `None`.
+    #[inline]
     pub fn encode(self, lap: u64) -> u64 {
         let l = (lap & LAP_MASK) << LAP_SHIFT;
         l | match self {
@@ -50,6 +51,7 @@ impl Lease {
     }
 
     /// Decodes a lease field for the ticket of lap `lap`.
+    #[inline]
     pub fn decode(raw: u64, lap: u64) -> Lease {
         if (raw >> LAP_SHIFT) & LAP_MASK != lap & LAP_MASK {
             return Lease::Unwritten;

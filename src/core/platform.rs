@@ -44,7 +44,10 @@ pub trait Platform {
 pub struct Tuning {
     /// How long the next-in-line waiter spins before parking.
     pub spin_ns: u64,
-    /// How often the next-in-line waiter checks the holder's liveness and lease while parked.
+    /// How often the next-in-line waiter first checks the holder's liveness and lease while
+    /// parked; the interval doubles at each check up to `head_poll_ns`.
+    pub head_poll_min_ns: u64,
+    /// The longest interval between the next-in-line waiter's checks.
     pub head_poll_ns: u64,
     /// How often other parked waiters wake to re-check their position.
     pub idle_poll_ns: u64,
@@ -57,6 +60,7 @@ impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
             spin_ns: 50_000,
+            head_poll_min_ns: 100_000,
             head_poll_ns: 1_000_000,
             idle_poll_ns: 50_000_000,
             grace_ns: 50_000_000,

@@ -205,7 +205,12 @@ fn more_waiters_than_slots_in_threads() {
             s.spawn(move || {
                 let st = o.view();
                 for _ in 0..300 {
-                    let g = lock(&st, p, &me(i), None, &Tuning::default()).unwrap();
+                    // A short spin: the scripted clock advances 1 ns per reading.
+                    let tuning = Tuning {
+                        spin_ns: 100,
+                        ..Tuning::default()
+                    };
+                    let g = lock(&st, p, &me(i), None, &tuning).unwrap();
                     assert!(last.swap(g.token(), Relaxed) < g.token());
                     let v = counter.load(Relaxed);
                     std::thread::yield_now();

@@ -1,14 +1,14 @@
 //! Taking a ticket, publishing it, and waiting for the grant.
 
-use super::advance::cas;
+use super::advance::{advance, cas};
 use super::layout::{LockState, Slot};
 use super::lease::Lease;
 use super::platform::{Platform, Tuning};
 use super::recover::{Watch, recover};
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
-use crate::primitive::Backoff;
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
+use crate::primitive::spin_step;
 
 /// How many times in a row a waiter may find its ticket skipped before we call the file
 /// corrupt. A live waiter is skipped only when it stalls for longer than the grace between
@@ -183,7 +183,7 @@ fn publish<P: Platform>(
                 State::Skipped => return Ok(Published::Skipped),
                 _ => return Err(WaitError::Corrupt("another owner published our ticket")),
             },
-            LapRelation::Previous if state.is_final() && passed(st, t) => {
+            LapRelation::Previous if state.is_final() && may_reuse(st, p, t, w) => {
                 if !announce_lease(slot, lap, lease_raw, me) {
                     continue;
                 }
@@ -212,15 +212,27 @@ fn publish<P: Platform>(
     }
 }
 
-/// Whether a grant has passed ticket `t - N`, the previous user of `t`'s slot: only then may
-/// `t` reuse the slot. Otherwise the final state of `t - N` could be overwritten before any
-/// `advance` read it — and a `Revoked` there is what tells the next holder that the owner died.
+/// Whether ticket `t` may reuse its slot, whose previous user `t - N` is final (`prev`).
+///
+/// A `Revoked` ticket (or a skipped grant that carried the died flag) is what tells the next
+/// holder that the owner died; it must not be overwritten before an `advance` walked over it.
+/// So such a slot is reused only once a grant has passed `t - N` (`head` beyond it); until
+/// then we help: advance from `head` ourselves (which passes it, and may grant us in advance).
 #[inline]
-fn passed(st: &LockState<'_>, t: u64) -> bool {
+fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool {
+    let carries_death = prev.state() == Some(State::Revoked)
+        || (prev.state() == Some(State::Skipped) && prev.died());
+    if !carries_death {
+        return true;
+    }
     // Acquire: pairs with the Release store of `head` in `advance`, which read the previous
     // lap's final word before publishing a head beyond it.
     let head = st.header().head.load(Acquire);
-    t.wrapping_sub(head) < st.slot_count()
+    if t.wrapping_sub(head) < st.slot_count() {
+        return true;
+    }
+    advance(st, p, head, false);
+    false
 }
 
 /// Waits for the grant of our published ticket `t`. `Ok(None)`: the ticket was skipped.
@@ -239,6 +251,7 @@ fn wait_for_grant<P: Platform>(
     // Spin when we first find ourselves next in line, and again whenever an advancer nudges
     // us (`Sleeping → Waiting`); not after every timed wake-up.
     let mut may_spin = true;
+    let mut head_poll = tuning.head_poll_min_ns / 2;
     let mut last = mine;
     loop {
         // Acquire: pairs with the grant CAS (Release), carrying the previous critical section.
@@ -296,12 +309,16 @@ fn wait_for_grant<P: Platform>(
         }
         // Whoever waits behind the holder watches it (and anything dead ahead of us).
         recover(st, p, t, &mut watch, tuning);
+        // The next in line polls soon after it got there (a young hold is checked often), then
+        // less and less often, up to `head_poll_ns`; others rarely.
         let poll = if head {
-            tuning.head_poll_ns
+            head_poll = head_poll.saturating_mul(2).min(tuning.head_poll_ns);
+            head_poll
         } else {
+            head_poll = tuning.head_poll_min_ns / 2;
             tuning.idle_poll_ns
         };
-        let until = now.saturating_add(poll);
+        let until = p.now_ns().saturating_add(poll);
         let until = deadline.map_or(until, |d| d.min(until));
         park(p, slot, w, until);
     }
@@ -321,18 +338,18 @@ fn park<P: Platform>(p: &P, slot: &Slot, w: Word, until: u64) {
 /// Spins while our word stays `w`, until `until`. True if it changed.
 fn spin_while<P: Platform>(p: &P, slot: &Slot, w: Word, until: u64, deadline: Option<u64>) -> bool {
     let until = deadline.map_or(until, |d| d.min(until));
-    let backoff = Backoff::new();
     let mut i: u32 = 0;
     loop {
         // Relaxed: we only look for a change; the caller re-reads with Acquire.
         if slot.word.load(Relaxed) != w.0 {
             return true;
         }
-        i = i.wrapping_add(1);
-        if i.is_multiple_of(32) && p.now_ns() >= until {
+        // The clock first (so a zero budget parks at once), then every 16 pauses.
+        if i.is_multiple_of(16) && p.now_ns() >= until {
             return false;
         }
-        backoff.snooze();
+        i = i.wrapping_add(1);
+        spin_step();
     }
 }
 
