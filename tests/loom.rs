@@ -1,0 +1,413 @@
+//! loom models of the lock algorithm (`src/core`) on heap state with the scripted platform.
+//!
+//! Run with `ci/loom.sh` (`RUSTFLAGS="--cfg loom" cargo test --release --test loom`). Without
+//! `--cfg loom` this file is empty.
+//!
+//! Every model ends with every waiter granted (nobody waits for a release that never comes),
+//! and checks, after joining, that the queue is left with exactly one next holder (or none and
+//! the lock free). Mutual exclusion is checked with a loom `UnsafeCell` (loom reports two
+//! accesses not ordered by happens-before) holding the log of tokens, which must be increasing.
+//!
+//! Re-entrancy is process-local bookkeeping in the API layer (a depth counter on the guard of
+//! the owning thread), not part of `core`, so there is no model for it here.
+#![cfg(loom)]
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+
+use fairlock::core::lease::Lease;
+use fairlock::core::model::ModelPlatform;
+use fairlock::core::recover::{Watch, recover};
+use fairlock::core::word::{LapRelation, relate};
+use fairlock::core::{
+    Grant, LockState, Lost, Me, OwnedState, Platform, State, Tuning, WaitError, Word, advance,
+    check, extend, lock, release, try_lock,
+};
+use loom::cell::UnsafeCell;
+use loom::sync::Arc;
+use loom::thread;
+
+/// Short polls so a waiter re-checks (and recovers) often; a grace no model reaches, so a
+/// pre-granted ticket is never skipped under a taker that is merely slow.
+fn tuning() -> Tuning {
+    Tuning {
+        spin_ns: 0,
+        head_poll_ns: 1,
+        idle_poll_ns: 1,
+        grace_ns: u64::MAX / 4,
+    }
+}
+
+fn me(participant: u32) -> Me {
+    Me {
+        participant,
+        tid: 100 + participant,
+        lease_ms: None,
+    }
+}
+
+struct World {
+    st: OwnedState,
+    p: ModelPlatform,
+    /// The critical section: the tokens of the holders, in the order they held the lock.
+    log: UnsafeCell<Vec<u64>>,
+}
+
+impl World {
+    fn new(auto_tick: u64) -> Arc<World> {
+        Arc::new(World {
+            st: OwnedState::new(4, 4),
+            p: ModelPlatform::new(auto_tick),
+            log: UnsafeCell::new(Vec::new()),
+        })
+    }
+
+    fn view(&self) -> LockState<'_> {
+        self.st.view()
+    }
+
+    /// The critical section: loom fails the model if two holders overlap.
+    fn enter(&self, g: &Grant) {
+        self.log.with_mut(|v| {
+            // SAFETY: only a holder of the lock touches the log; loom checks that claim.
+            unsafe { (*v).push(g.token()) }
+        });
+    }
+
+    fn log(&self) -> Vec<u64> {
+        // SAFETY: called after every thread was joined.
+        self.log.with(|v| unsafe { (*v).clone() })
+    }
+
+    /// Lock (no deadline), critical section, release. Returns the grant.
+    fn lock_unlock(&self, participant: u32) -> Grant {
+        let st = self.view();
+        let g = lock(&st, &self.p, &me(participant), None, &tuning()).expect("lock");
+        self.enter(&g);
+        release(&st, &self.p, &g, participant).expect("release");
+        g
+    }
+
+    fn state_of(&self, t: u64) -> Option<State> {
+        let st = self.view();
+        let w = word(&st, t);
+        (relate(w.lap(), st.lap(t)) == LapRelation::Same)
+            .then(|| w.state())
+            .flatten()
+    }
+}
+
+fn word(st: &LockState<'_>, t: u64) -> Word {
+    Word(st.slot(t).word.load(Acquire))
+}
+
+/// Publishes a waiter for the next ticket without blocking (as `core::tests::enqueue`).
+fn enqueue(st: &LockState<'_>, participant: u32) -> u64 {
+    let t = st.header().next_ticket.fetch_add(1, Relaxed);
+    let slot = st.slot(t);
+    let w = Word(slot.word.load(Acquire));
+    assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);
+    let waiting = Word::new(st.lap(t), participant, State::Waiting, false);
+    slot.word
+        .compare_exchange(w.0, waiting.0, Relaxed, Relaxed)
+        .unwrap();
+    t
+}
+
+/// After a model: the lock is free and nobody is queued, so `try_lock` gets the next token.
+fn assert_free(w: &World, expect_token: u64) {
+    let st = w.view();
+    let g = try_lock(&st, &w.p, &me(3))
+        .expect("consistent")
+        .expect("lock left free");
+    assert_eq!(g.token(), expect_token);
+    release(&st, &w.p, &g, 3).unwrap();
+}
+
+fn assert_increasing(log: &[u64]) {
+    assert!(log.windows(2).all(|p| p[0] < p[1]), "tokens {log:?}");
+}
+
+/// Two threads lock and unlock: mutual exclusion, tokens 1 and 2 in critical-section order.
+#[test]
+fn two_threads_lock_unlock() {
+    loom::model(|| {
+        let w = World::new(0);
+        let hs: Vec<_> = (1..=2)
+            .map(|i| {
+                let w = w.clone();
+                thread::spawn(move || w.lock_unlock(i).token())
+            })
+            .collect();
+        let mut tokens: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        tokens.sort();
+        assert_eq!(tokens, [1, 2]);
+        assert_eq!(w.log(), [1, 2]);
+        assert_free(&w, 3);
+    });
+}
+
+/// The main thread holds; two threads queue behind it and then lock again each... kept to one
+/// round each (three tickets in a four-slot array), the most loom can explore in time.
+///
+/// Two full waiters make this the biggest model: it runs with at most one preemption (it did
+/// not finish in 400 s with two on the dev machine).
+#[test]
+fn three_threads_lock_unlock() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(1);
+    b.check(|| {
+        let w = World::new(0);
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        w.enter(&g0);
+        let hs: Vec<_> = (1..=2)
+            .map(|i| {
+                let w = w.clone();
+                thread::spawn(move || w.lock_unlock(i).token())
+            })
+            .collect();
+        release(&st, &w.p, &g0, 0).unwrap();
+        let mut tokens: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        tokens.sort();
+        assert_eq!(tokens, [2, 3]);
+        assert_eq!(w.log(), [1, 2, 3]);
+        assert_free(&w, 4);
+    });
+}
+
+/// `try_lock` racing a `lock`/`release`: it either gets the lock while free (never while held,
+/// never jumping a queued waiter) or nothing; tokens stay in critical-section order.
+#[test]
+fn try_lock_races_lock() {
+    loom::model(|| {
+        let w = World::new(0);
+        let w1 = w.clone();
+        let locker = thread::spawn(move || w1.lock_unlock(1).token());
+        let w2 = w.clone();
+        let trier = thread::spawn(move || {
+            let st = w2.view();
+            let g = try_lock(&st, &w2.p, &me(2)).expect("consistent")?;
+            w2.enter(&g);
+            release(&st, &w2.p, &g, 2).unwrap();
+            Some(g.token())
+        });
+        let t1 = locker.join().unwrap();
+        let t2 = trier.join().unwrap();
+        let log = w.log();
+        assert_increasing(&log);
+        match t2 {
+            Some(t2) => {
+                let mut both = [t1, t2];
+                both.sort();
+                assert_eq!(both, [1, 2]);
+                assert_free(&w, 3);
+            }
+            None => {
+                assert_eq!(log, [t1]);
+                assert_free(&w, 2);
+            }
+        }
+    });
+}
+
+/// A waiter whose deadline passes while the holder releases: the grant and the timeout race
+/// on one CAS. Either the waiter gets the lock (token 2) or its ticket is abandoned and the
+/// lock is left free — never granted to nobody, never both.
+#[test]
+fn timeout_races_grant() {
+    loom::model(|| {
+        // Every clock reading advances it by 1 ns: deadlines pass after a few readings.
+        let w = World::new(1);
+        let st = w.view();
+        let g = lock(&st, &w.p, &me(1), None, &tuning()).unwrap();
+        w.enter(&g);
+        let w2 = w.clone();
+        let waiter = thread::spawn(move || {
+            let st = w2.view();
+            let deadline = w2.p.now_ns() + 3;
+            match lock(&st, &w2.p, &me(2), Some(deadline), &tuning()) {
+                Ok(g) => {
+                    w2.enter(&g);
+                    release(&st, &w2.p, &g, 2).unwrap();
+                    Some(g.token())
+                }
+                Err(WaitError::Timeout) => None,
+                Err(e) => panic!("{e:?}"),
+            }
+        });
+        release(&st, &w.p, &g, 1).unwrap();
+        let got = waiter.join().unwrap();
+        match got {
+            Some(t) => {
+                assert_eq!(t, 2);
+                assert_eq!(w.log(), [1, 2]);
+            }
+            None => {
+                assert_eq!(w.state_of(1), Some(State::Abandoned));
+                assert_eq!(w.log(), [1]);
+            }
+        }
+        assert_free(&w, 3);
+    });
+}
+
+/// A live holder releases while the waiter behind it runs recovery and `advance`: the waiter
+/// ends up granted exactly once (no died flag), and the ticket after it is not pre-granted.
+#[test]
+fn release_races_recover_and_advance() {
+    loom::model(|| {
+        let w = World::new(1);
+        let st = w.view();
+        let g = lock(&st, &w.p, &me(1), None, &tuning()).unwrap();
+        let t = enqueue(&st, 2);
+        let w1 = w.clone();
+        let holder = thread::spawn(move || {
+            let st = w1.view();
+            release(&st, &w1.p, &g, 1)
+        });
+        let w2 = w.clone();
+        let helper = thread::spawn(move || {
+            let st = w2.view();
+            recover(&st, &w2.p, t, &mut Watch::default(), &tuning());
+            advance(&st, &w2.p, 0, false);
+        });
+        assert_eq!(holder.join().unwrap(), Ok(()));
+        helper.join().unwrap();
+        assert_eq!(w.state_of(0), Some(State::Done));
+        let wt = word(&st, t);
+        assert_eq!(wt.state(), Some(State::Granted));
+        assert!(!wt.died());
+        assert_eq!(
+            w.state_of(t + 1),
+            None,
+            "next ticket must not be pre-granted"
+        );
+    });
+}
+
+/// The holder died (it never runs again); two waiters run the full `lock` and recover it
+/// concurrently: exactly one revocation, the first granted is told the owner died, the
+/// second is not, and both hold in ticket order.
+#[test]
+fn concurrent_recovery_of_dead_holder() {
+    loom::model(|| {
+        let w = World::new(1);
+        let st = w.view();
+        let g = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        w.enter(&g);
+        w.p.set_dead(0, true);
+        let hs: Vec<_> = (1..=2)
+            .map(|i| {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let st = w.view();
+                    let g = lock(&st, &w.p, &me(i), None, &tuning()).expect("lock");
+                    w.enter(&g);
+                    release(&st, &w.p, &g, i).expect("release");
+                    g
+                })
+            })
+            .collect();
+        let mut grants: Vec<Grant> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        grants.sort_by_key(|g| g.ticket);
+        assert_eq!(grants[0].token(), 2);
+        assert!(grants[0].died, "first holder after the dead one is told");
+        assert_eq!(grants[1].token(), 3);
+        assert!(!grants[1].died);
+        assert_eq!(w.state_of(0), Some(State::Revoked));
+        assert_eq!(w.log(), [1, 2, 3]);
+        assert_eq!(release(&st, &w.p, &g, 0), Err(Lost));
+        assert_free(&w, 4);
+    });
+}
+
+fn leased(participant: u32, ms: u64) -> Me {
+    Me {
+        lease_ms: Some(ms),
+        ..me(participant)
+    }
+}
+
+/// A holder whose lease ran out extends it while the waiter behind it takes over: exactly one
+/// wins. Extension won: still `Held`, `check` is Ok, the waiter still waits. Takeover won:
+/// `Err(Lost)`, the word is `Revoked` and the waiter is granted with the died flag.
+#[test]
+fn extend_races_takeover() {
+    loom::model(|| {
+        let w = World::new(0);
+        let st = w.view();
+        let g = lock(&st, &w.p, &leased(1, 1), None, &tuning()).unwrap();
+        assert!(g.leased);
+        let t = enqueue(&st, 2);
+        w.p.advance(5_000_000); // the 1 ms lease has run out
+        let w1 = w.clone();
+        let holder = thread::spawn(move || {
+            let st = w1.view();
+            extend(&st, &w1.p, &g, 1, 100)
+        });
+        let w2 = w.clone();
+        let taker = thread::spawn(move || {
+            let st = w2.view();
+            recover(&st, &w2.p, t, &mut Watch::default(), &tuning());
+        });
+        let extended = holder.join().unwrap();
+        taker.join().unwrap();
+        let wt = word(&st, t);
+        match extended {
+            Ok(()) => {
+                assert_eq!(w.state_of(0), Some(State::Held));
+                assert_eq!(check(&st, &w.p, &g, 1), Ok(()));
+                assert_eq!(wt.state(), Some(State::Waiting));
+                assert!(matches!(
+                    Lease::decode(st.slot(0).lease.load(Acquire), st.lap(0)),
+                    Lease::Until(_)
+                ));
+            }
+            Err(Lost) => {
+                assert_eq!(w.state_of(0), Some(State::Revoked));
+                assert_eq!(wt.state(), Some(State::Granted));
+                assert!(wt.died());
+                assert_eq!(check(&st, &w.p, &g, 1), Err(Lost));
+            }
+        }
+    });
+}
+
+/// A holder whose lease ran out releases while the waiter behind it takes over: either the
+/// release wins (Ok, the waiter granted without the died flag) or the takeover does
+/// (`Err(Lost)`, granted with it). Exactly one grant either way.
+#[test]
+fn release_races_takeover() {
+    loom::model(|| {
+        let w = World::new(0);
+        let st = w.view();
+        let g = lock(&st, &w.p, &leased(1, 1), None, &tuning()).unwrap();
+        let t = enqueue(&st, 2);
+        w.p.advance(5_000_000);
+        let w1 = w.clone();
+        let holder = thread::spawn(move || {
+            let st = w1.view();
+            release(&st, &w1.p, &g, 1)
+        });
+        let w2 = w.clone();
+        let taker = thread::spawn(move || {
+            let st = w2.view();
+            recover(&st, &w2.p, t, &mut Watch::default(), &tuning());
+        });
+        let released = holder.join().unwrap();
+        taker.join().unwrap();
+        let wt = word(&st, t);
+        assert_eq!(wt.state(), Some(State::Granted));
+        match released {
+            Ok(()) => {
+                assert_eq!(w.state_of(0), Some(State::Done));
+                assert!(!wt.died());
+            }
+            Err(Lost) => {
+                assert_eq!(w.state_of(0), Some(State::Revoked));
+                assert!(wt.died());
+            }
+        }
+        assert_eq!(w.state_of(t + 1), None, "exactly one grant");
+    });
+}
