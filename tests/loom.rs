@@ -31,6 +31,7 @@ use loom::thread;
 fn tuning() -> Tuning {
     Tuning {
         spin_ns: 0,
+        head_poll_min_ns: 1,
         head_poll_ns: 1,
         idle_poll_ns: 1,
         grace_ns: u64::MAX / 4,

@@ -144,6 +144,15 @@ impl Sim {
         self.o.view()
     }
 
+    /// Taking ticket `next` would not lap the oldest live ticket (whose slot it would share).
+    fn room(&self) -> bool {
+        self.queue.len() < MAX_QUEUE
+            && self
+                .queue
+                .front()
+                .is_none_or(|f| self.next - f.ticket < u64::from(SLOTS) - 1)
+    }
+
     fn busy(&self, a: u32) -> bool {
         self.queue.iter().any(|e| e.actor == a) || self.stale.iter().any(|(s, _)| *s == a)
     }
@@ -193,7 +202,7 @@ impl Sim {
         let now_ms = self.now_ns / 1_000_000;
         match *op {
             Op::Arrive(a, lease) => {
-                if self.busy(a) || !self.alive(a) || self.queue.len() >= MAX_QUEUE {
+                if self.busy(a) || !self.alive(a) || !self.room() {
                     return;
                 }
                 let t = self.next;
@@ -240,7 +249,7 @@ impl Sim {
                 }
             }
             Op::TryLock(a) => {
-                if self.busy(a) || !self.alive(a) || self.queue.len() >= MAX_QUEUE {
+                if self.busy(a) || !self.alive(a) || !self.room() {
                     return;
                 }
                 let got = {
