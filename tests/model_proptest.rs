@@ -511,7 +511,8 @@ impl Sim {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 256,
+        // 256 unless PROPTEST_CASES asks for more (a longer run).
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "proptest-regressions/model_proptest.txt",
         ))),
