@@ -18,7 +18,7 @@ use fairlock::core::model::ModelPlatform;
 use fairlock::core::recover::{Watch, recover};
 use fairlock::core::word::{LapRelation, relate};
 use fairlock::core::{
-    Grant, LockState, Lost, Me, OwnedState, State, Tuning, Word, extend, lock, release, try_lock,
+    Grant, Lost, Me, OwnedState, State, Tuning, Word, extend, lock, release, try_lock,
 };
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -138,10 +138,6 @@ impl Sim {
             last_token: 0,
             watches: (0..ACTORS).map(|_| Watch::default()).collect(),
         }
-    }
-
-    fn st(&self) -> LockState<'_> {
-        self.o.view()
     }
 
     /// Taking ticket `next` would not lap the oldest live ticket (whose slot it would share).
@@ -314,7 +310,6 @@ impl Sim {
                 };
                 e.status = Status::Held;
                 e.grant = Some(g);
-                drop(st);
                 self.new_grant(&g);
             }
             Op::Release(a) => {
