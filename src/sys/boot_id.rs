@@ -36,6 +36,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "reads /proc, which Miri isolates")]
     fn reads_this_boot() {
         assert_eq!(super::read(), super::read());
     }
