@@ -111,7 +111,8 @@ impl<'a> LockGuard<'a> {
     /// The uncontended path skips this to stay fast; a grant that had to wait is stamped
     /// already.
     pub fn stamp_time(&self) {
-        if self.shared.is_current() {
+        // Only while the grant is ours: a lost grant's slot may belong to a later ticket.
+        if self.check().is_ok() {
             let tid = (self.key >> 32) as u32;
             let st = self.shared.state();
             core::wait::stamp_holder(&st, &self.shared.platform(), self.grant.ticket, tid);
