@@ -121,6 +121,13 @@ fn witness_enter(shm: &Shm, word: usize, died: bool, token: u64) {
             died,
             "two holders at once? token {token}: witness holds pid {prev} but owner_died() is false"
         );
+        // A process killed by SIGKILL drops its beacon (closing its files) while it is still
+        // in the kernel's exit path, where /proc shows it running ('R') for a moment before it
+        // becomes a zombie. It can no longer run user code; give it a second to finish dying.
+        let limit = std::time::Instant::now() + Duration::from_secs(2);
+        while !pid_dead(prev as u32) && std::time::Instant::now() < limit {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert!(
             pid_dead(prev as u32),
             "two holders at once: token {token} granted while pid {prev} (state {:?}) still \
