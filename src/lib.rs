@@ -5,7 +5,8 @@
 //! * **strictly fair** — first come, first served, across processes; `try_lock` never jumps
 //!   the queue;
 //! * **fast** — uncontended `lock` + `unlock` is a few atomic operations and no system call;
-//!   a hand-off wakes exactly the next waiter (never a wake-all);
+//!   a hand-off wakes only the next waiter, and nudges the one after it to start spinning
+//!   (targeted futex wakes, never a wake-all);
 //! * **robust** — a holder or waiter killed at any instruction never blocks the others; a
 //!   holder whose lease ran out is taken over and finds out it lost the lock; every grant
 //!   carries a strictly increasing fencing token.

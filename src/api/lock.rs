@@ -20,7 +20,7 @@ use crate::sys::{clock, thread};
 /// * Waiters are granted in the order they arrived, across threads and processes;
 ///   [`FairLock::try_lock`] never jumps the queue.
 /// * Uncontended `lock` + `unlock` is a handful of atomic operations and no system call; a
-///   hand-off wakes exactly the next waiter.
+///   hand-off wakes only the next waiter (and nudges the one after it to spin).
 /// * A holder or waiter that dies never blocks the others: the next waiter takes over and
 ///   learns it through [`LockGuard::owner_died`].
 /// * Every grant carries a fencing [`token`](LockGuard::token) that strictly increases.
