@@ -7,7 +7,7 @@
 //! A thread takes a ticket `t` with one `fetch_add` on `next_ticket` and publishes itself in
 //! slot `t % N` with one CAS on the slot word (which carries the ticket's lap, its owner's
 //! participant index and its [`State`]). Whoever releases or recovers the lock runs
-//! [`advance`]: it walks forward from the freed ticket over final states and grants the first
+//! [`advance()`]: it walks forward from the freed ticket over final states and grants the first
 //! live ticket with one CAS on *its* slot word, waking exactly that waiter if it sleeps (and
 //! nudging the one behind it so it starts spinning). A ticket nobody has published yet is
 //! granted in advance (`Ready`) and claimed by its taker with one CAS: the uncontended path

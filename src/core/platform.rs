@@ -1,7 +1,7 @@
 //! What the lock algorithm needs from the world: sleeping, waking, time and liveness.
 //!
 //! Production implements it with futexes, `CLOCK_MONOTONIC` and OFD-lock beacons
-//! ([`crate::sys`]); model tests implement it with yields and a scripted clock.
+//! (`src/sys`); model tests implement it with yields and a scripted clock.
 
 use crate::primitive::AtomicU64;
 

@@ -2,9 +2,9 @@
 //! ahead of it died, a lease ran out, or a ticket was never claimed.
 //!
 //! Every action is one CAS on a slot word (or, for a lease takeover, first on the lease field),
-//! followed by [`advance`]; any number of waiters may recover at once and exactly one CAS
+//! followed by [`advance()`]; any number of waiters may recover at once and exactly one CAS
 //! wins each step. A recoverer killed between two steps leaves a state the next one finishes:
-//! a revoked lease with a `Held` word is completed by [`finish_revocation`]'s rule, a revoked
+//! a revoked lease with a `Held` word is completed by `finish_revocation`'s rule, a revoked
 //! or skipped word is passed over by `advance`.
 
 use super::advance::{advance, cas};
