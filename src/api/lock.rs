@@ -1,7 +1,6 @@
 //! [`FairLock`]: the strictly FIFO, cross-process lock.
 
 use std::path::Path;
-use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -242,12 +241,5 @@ fn wait_error(sh: &Shared, e: WaitError) -> Error {
     match e {
         WaitError::Timeout => Error::Timeout,
         WaitError::Corrupt(what) => Error::corrupt(&sh.path, what),
-    }
-}
-
-impl Drop for FairLock {
-    fn drop(&mut self) {
-        // Make sure no stale pointer survives the views (not observable, but tidy).
-        self.current.store(ptr::null_mut(), Relaxed);
     }
 }

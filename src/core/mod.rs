@@ -34,8 +34,11 @@
 //!   the word after changing it. Either the change happens before the kernel compares the
 //!   word (the wait returns at once) or after the waiter is queued (the wake finds it).
 //! * **`next_ticket`** is `Relaxed`: a ticket is only a number, and everything it orders goes
-//!   through slot words. **`head`** is a `Relaxed` hint, only ever a lower bound of the first
-//!   non-final ticket; readers walk forward from it with `Acquire` loads.
+//!   through slot words. **`head`** is a hint, only ever a lower bound of the first
+//!   non-final ticket; readers walk forward from it with `Acquire` loads of the words. It is
+//!   stored with `Release` after a walk, and a taker about to reuse a slot whose previous
+//!   ticket was revoked loads it with `Acquire`: the walk that passed that ticket (and carried
+//!   its died flag on) happens-before the reuse. Other readers load it `Relaxed`.
 //! * **Lease field.** Written by CAS only (the takeover and an extension race on it, and the
 //!   lap bits inside make a stale writer's CAS fail); read with `Acquire`, written `AcqRel`.
 //! * **Informational fields** (`stamp`, `tid`, `since`, `depth`) are `Relaxed` and never used

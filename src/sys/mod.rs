@@ -1,5 +1,6 @@
 //! The platform layer: the Linux facilities the lock is built on, each wrapper naming the
-//! system call it makes. This is the only layer (with the mapping) that uses `unsafe`.
+//! system call it makes. Besides the mapping (`src/file/mapping.rs`) and the handle's
+//! fork-aware pointer (`src/api/lock.rs`), this is the only layer that uses `unsafe`.
 
 pub mod boot_id;
 pub mod clock;
