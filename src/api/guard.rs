@@ -1,6 +1,7 @@
 //! The guard: the very existence of a [`LockGuard`] means its thread was granted the lock.
 
 use std::marker::PhantomData;
+use std::num::NonZeroU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -14,12 +15,17 @@ use crate::error::{Error, Result};
 /// It is not `Send`: the lock belongs to the thread that acquired it.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard<'a> {
+    // Kept to 32 bytes, with no drop flag (`unlock` forgets the guard instead): the guard is
+    // returned through memory on every `lock`, and a larger one with byte-sized fields was
+    // copied by the caller with loads that straddle the callee's stores, which stalled store
+    // forwarding for about a third of the uncontended lock + unlock.
     shared: &'a Shared,
-    grant: Grant,
-    /// `Shared::owner_key` of the thread that made this guard.
-    key: u64,
-    lease_ms: Option<u64>,
-    released: bool,
+    ticket: u64,
+    /// The lease this guard's handle asks for; `None` without one.
+    lease_ms: Option<NonZeroU64>,
+    /// The thread that made this guard (and, as the guard is not `Send`, drops it).
+    tid: u32,
+    died: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -33,11 +39,21 @@ impl<'a> LockGuard<'a> {
     pub(crate) fn new(shared: &'a Shared, grant: Grant, tid: u32, lease_ms: Option<u64>) -> Self {
         LockGuard {
             shared,
-            grant,
-            key: Shared::owner_key(tid, grant.ticket),
-            lease_ms,
-            released: false,
+            ticket: grant.ticket,
+            lease_ms: lease_ms.and_then(NonZeroU64::new),
+            tid,
+            died: grant.died,
             _not_send: PhantomData,
+        }
+    }
+
+    /// The grant this guard stands for.
+    #[inline]
+    fn grant(&self) -> Grant {
+        Grant {
+            ticket: self.ticket,
+            died: self.died,
+            leased: self.lease_ms.is_some(),
         }
     }
 
@@ -46,14 +62,14 @@ impl<'a> LockGuard<'a> {
     /// reject a token smaller than the largest they have seen: that stops a holder that was
     /// paused past its lease from writing after it lost the lock.
     pub fn token(&self) -> u64 {
-        self.grant.token()
+        self.grant().token()
     }
 
     /// True if the previous holder did not release the lock: it died (killed, crashed, its
     /// thread exited while holding) or its lease was taken over. The data the lock protects may
     /// be half-written; check it, like a robust mutex's `EOWNERDEAD`.
     pub fn owner_died(&self) -> bool {
-        self.grant.died
+        self.died
     }
 
     /// `Ok` while the lock is still ours.
@@ -69,7 +85,7 @@ impl<'a> LockGuard<'a> {
         core::check(
             &st,
             &self.shared.platform(),
-            &self.grant,
+            &self.grant(),
             self.shared.participant,
         )
         .map_err(|_| Error::LockLost)
@@ -82,7 +98,7 @@ impl<'a> LockGuard<'a> {
     /// [`Error::LockLost`] if the lock was already taken over; [`Error::InvalidOption`] for a
     /// zero duration or a lock opened without a lease.
     pub fn extend(&self, d: Duration) -> Result<()> {
-        if d.is_zero() || !self.grant.leased {
+        if d.is_zero() || self.lease_ms.is_none() {
             return Err(Error::InvalidOption {
                 what: if d.is_zero() {
                     "extend(0): a lease must be at least 1 ms".into()
@@ -99,7 +115,7 @@ impl<'a> LockGuard<'a> {
         core::extend(
             &st,
             &self.shared.platform(),
-            &self.grant,
+            &self.grant(),
             self.shared.participant,
             ms,
         )
@@ -113,15 +129,14 @@ impl<'a> LockGuard<'a> {
     pub fn stamp_time(&self) {
         // Only while the grant is ours: a lost grant's slot may belong to a later ticket.
         if self.check().is_ok() {
-            let tid = (self.key >> 32) as u32;
             let st = self.shared.state();
-            core::wait::stamp_holder(&st, &self.shared.platform(), self.grant.ticket, tid);
+            core::wait::stamp_holder(&st, &self.shared.platform(), self.ticket, self.tid);
         }
     }
 
     /// The lease this guard's handle asks for, if any.
     pub fn lease(&self) -> Option<Duration> {
-        self.lease_ms.map(Duration::from_millis)
+        self.lease_ms.map(|ms| Duration::from_millis(ms.get()))
     }
 
     /// Releases the lock (one level, for a nested re-entrant guard) and reports whether it
@@ -130,38 +145,75 @@ impl<'a> LockGuard<'a> {
     /// # Errors
     /// [`Error::LockLost`] if it had been taken over or revoked: whatever was done under it
     /// may have overlapped another holder.
-    pub fn unlock(mut self) -> Result<()> {
-        self.release()
+    pub fn unlock(self) -> Result<()> {
+        let r = self.release();
+        std::mem::forget(self); // released above; nothing else to drop
+        r
     }
 
-    #[inline]
-    fn release(&mut self) -> Result<()> {
-        if std::mem::replace(&mut self.released, true) {
-            return Ok(());
-        }
+    #[inline(always)]
+    fn release(&self) -> Result<()> {
         let sh = self.shared;
         if !sh.is_current() {
             return Err(Error::LockLost); // inherited through fork: the parent's, not ours
         }
-        let st = sh.state();
-        let p = sh.platform();
         // Relaxed: `owner`/`depth` are only written by the holding thread, which is us.
-        if sh.owner.load(Relaxed) == self.key {
+        if sh.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
             let depth = sh.depth.load(Relaxed);
             if depth > 1 {
-                sh.depth.store(depth - 1, Relaxed);
-                return core::check(&st, &p, &self.grant, sh.participant)
-                    .map_err(|_| Error::LockLost);
+                return self.release_nested(depth);
             }
+            // Before the release: the next holder may be another thread of this process.
             sh.depth.store(0, Relaxed);
             sh.owner.store(0, Relaxed);
         }
-        core::release(&st, &p, &self.grant, sh.participant).map_err(|_| Error::LockLost)
+        if self.lease_ms.is_none() {
+            match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant) {
+                Some(true) => return Ok(()),
+                Some(false) => {
+                    self.advance_after_release();
+                    return Ok(());
+                }
+                None => {}
+            }
+        }
+        self.release_slow()
+    }
+
+    /// A nested re-entrant guard gives back one level: nothing is released.
+    #[cold]
+    fn release_nested(&self, depth: u32) -> Result<()> {
+        let sh = self.shared;
+        // Relaxed: as in `release`.
+        sh.depth.store(depth - 1, Relaxed);
+        core::check(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+            .map_err(|_| Error::LockLost)
+    }
+
+    /// The uncontended release stored `Done` but found the next ticket published: pass the
+    /// lock on the long way.
+    #[cold]
+    fn advance_after_release(&self) {
+        let sh = self.shared;
+        core::advance(
+            &sh.state(),
+            &sh.platform(),
+            self.ticket.wrapping_add(1),
+            false,
+        );
+    }
+
+    /// Everything `release_unleased_fast` does not cover: leases, and grants no longer ours.
+    #[cold]
+    fn release_slow(&self) -> Result<()> {
+        let sh = self.shared;
+        core::release(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+            .map_err(|_| Error::LockLost)
     }
 }
 
 impl Drop for LockGuard<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         let _ = self.release();
     }

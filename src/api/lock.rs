@@ -172,6 +172,7 @@ impl FairLock {
         }
     }
 
+    #[cold]
     fn reenter<'a>(&'a self, sh: &'a Shared, reentrant: bool) -> Result<LockGuard<'a>> {
         if !reentrant {
             return Err(Error::WouldDeadlock);
@@ -191,7 +192,7 @@ impl FairLock {
         ))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn acquire(&self, deadline: Option<u64>, reentrant: bool) -> Result<LockGuard<'_>> {
         let sh = self.shared()?;
         let tid = thread::current_tid();
@@ -199,21 +200,29 @@ impl FairLock {
             return self.reenter(sh, reentrant);
         }
         ExitWatch::arm();
-        let me = self.me(sh, tid);
         let st = sh.state();
         // Relaxed: a ticket is only a number (see `core::lock`, of which this is the inlined
         // fast path).
         let t = st.header().next_ticket.fetch_add(1, Relaxed);
-        let g = match core::claim_ready(&st, t, &me) {
+        crate::crash_point!("acquire.ticket_taken");
+        let fast = match self.lease_ms {
+            None => core::claim_ready(&st, t, sh.participant),
+            Some(_) => None,
+        };
+        let g = match fast {
             Some(g) => g,
-            None => self.contended(sh, &me, deadline, t)?,
+            None => self.contended(sh, tid, deadline, t)?,
         };
         Ok(self.held(sh, tid, g))
     }
 
+    /// Everything but the uncontended path, out of line so that the inlined fast path builds
+    /// nothing it does not use.
     #[cold]
-    fn contended(&self, sh: &Shared, me: &Me, deadline: Option<u64>, t: u64) -> Result<Grant> {
-        core::lock_contended(&sh.state(), &sh.platform(), me, deadline, &self.tuning, t)
+    #[inline(never)]
+    fn contended(&self, sh: &Shared, tid: u32, deadline: Option<u64>, t: u64) -> Result<Grant> {
+        let me = self.me(sh, tid);
+        core::lock_contended(&sh.state(), &sh.platform(), &me, deadline, &self.tuning, t)
             .map_err(|e| wait_error(sh, e))
     }
 

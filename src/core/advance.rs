@@ -17,6 +17,7 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release};
 /// Tickets before `from` must all be final. `died` says the ticket before `from` was not
 /// released normally; it is carried over `Revoked` tickets (and skipped grants that carried
 /// it) and cleared by `Done`, and ends up in the granted word so the next holder learns it.
+#[inline(never)]
 pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool) {
     let mut h = from;
     let mut steps: u64 = 0;
@@ -85,6 +86,37 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
             LapRelation::Previous | LapRelation::Behind => return,
         }
     }
+}
+
+/// `advance(from, died = false)` after a normal release, with its most common first step
+/// inlined (see [`try_pregrant`]).
+#[inline(always)]
+pub fn pass_on<P: Platform>(st: &LockState<'_>, p: &P, from: u64) {
+    if !try_pregrant(st, from) {
+        advance(st, p, from, false);
+    }
+}
+
+/// The first step of `advance(from, died = false)` when nobody has published ticket `from`
+/// yet (its slot still shows the previous lap, final): it is pre-granted `Ready` and the walk
+/// ends. False if that is not the case (or the CAS lost to the taker publishing): the caller
+/// then runs the full [`advance`].
+#[inline(always)]
+pub fn try_pregrant(st: &LockState<'_>, from: u64) -> bool {
+    let slot = st.slot(from);
+    let lap = st.lap(from);
+    // Acquire: as the first load of `advance`.
+    let w = Word(slot.word.load(Acquire));
+    if relate(w.lap(), lap) == LapRelation::Previous
+        && w.state().is_some_and(State::is_final)
+        && cas(slot, w, Word::new(lap, 0, State::Ready, false))
+    {
+        crate::crash_point!("advance.ready");
+        // Release: as in `advance`.
+        st.header().head.store(from, Release);
+        return true;
+    }
+    false
 }
 
 /// The longest run of final tickets a walk follows (2^22). Only a corrupt file, or a `head`

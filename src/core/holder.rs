@@ -1,6 +1,6 @@
 //! What the holder does with its grant: release it, check it, extend its lease.
 
-use super::advance::{advance, cas};
+use super::advance::{advance, cas, pass_on, try_pregrant};
 use super::layout::{LockState, Slot};
 use super::lease::Lease;
 use super::platform::Platform;
@@ -41,7 +41,7 @@ pub fn release<P: Platform>(
         // section to the Acquire load of whoever advances next.
         slot.word.store(w.with_state(State::Done).0, Release);
         crate::crash_point!("release.done");
-        advance(st, p, t.wrapping_add(1), false);
+        pass_on(st, p, t.wrapping_add(1));
         return Ok(());
     }
     if Lease::decode(slot.lease.load(Acquire), st.lap(t)) == Lease::Revoked {
@@ -59,8 +59,23 @@ pub fn release<P: Platform>(
         return Err(Lost);
     }
     crate::crash_point!("release.done");
-    advance(st, p, t.wrapping_add(1), false);
+    pass_on(st, p, t.wrapping_add(1));
     Ok(())
+}
+
+/// The uncontended release of a grant without a lease, for inlining into the caller: if
+/// ticket `t` is still held by `participant`, stores `Done` and tries to pre-grant ticket
+/// `t + 1` ([`try_pregrant`]). `None`: it changed nothing, and the caller runs [`release`].
+/// `Some(true)`: released and passed on. `Some(false)`: released, and the caller must still
+/// run `advance(t + 1, false)`.
+#[inline(always)]
+pub fn release_unleased_fast(st: &LockState<'_>, t: u64, participant: u32) -> Option<bool> {
+    crate::crash_point!("release.start");
+    let (slot, w) = held_word(st, t, participant)?;
+    // Release: as in `release`.
+    slot.word.store(w.with_state(State::Done).0, Release);
+    crate::crash_point!("release.done");
+    Some(try_pregrant(st, t.wrapping_add(1)))
 }
 
 /// `Ok` while ticket `g` is still held by us and its lease was not revoked.

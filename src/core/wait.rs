@@ -28,24 +28,24 @@ pub fn lock<P: Platform>(
 ) -> Result<Grant, WaitError> {
     // Relaxed: a ticket is only a number; synchronisation is on the slot words.
     let t = st.header().next_ticket.fetch_add(1, Relaxed);
-    if let Some(g) = claim_ready(st, t, me) {
+    crate::crash_point!("acquire.ticket_taken");
+    if me.lease_ms.is_none()
+        && let Some(g) = claim_ready(st, t, me.participant)
+    {
         return Ok(g);
     }
     lock_contended(st, p, me, deadline, tuning, t)
 }
 
-/// The uncontended path: our ticket was granted in advance with no died flag, and we ask for
-/// no lease. One CAS, expecting exactly that `Ready` word, claims it.
+/// The uncontended path, for a participant that asks for no lease (the caller checks): our
+/// ticket was granted in advance with no died flag. One CAS, expecting exactly that `Ready`
+/// word, claims it. `None` sends the caller to [`lock_contended`] with the same ticket.
 #[inline(always)]
-pub fn claim_ready(st: &LockState<'_>, t: u64, me: &Me) -> Option<Grant> {
-    crate::crash_point!("acquire.ticket_taken");
-    if me.lease_ms.is_some() {
-        return None;
-    }
+pub fn claim_ready(st: &LockState<'_>, t: u64, participant: u32) -> Option<Grant> {
     let slot = st.slot(t);
     let lap = st.lap(t);
     let ready = Word::new(lap, 0, State::Ready, false);
-    let held = Word::new(lap, me.participant, State::Held, false);
+    let held = Word::new(lap, participant, State::Held, false);
     // AcqRel/Acquire: as the claim in `publish` (pairs with the grant's Release).
     slot.word
         .compare_exchange(ready.0, held.0, AcqRel, Acquire)
@@ -114,7 +114,10 @@ pub fn try_lock<P: Platform>(
     {
         return Ok(None);
     }
-    if let Some(g) = claim_ready(st, t, me) {
+    crate::crash_point!("acquire.ticket_taken");
+    if me.lease_ms.is_none()
+        && let Some(g) = claim_ready(st, t, me.participant)
+    {
         return Ok(Some(g));
     }
     // Ticket `t` is ours and was Ready: only we can claim it (or a grace skip, if we stall).
