@@ -158,14 +158,14 @@ impl<'a> LockGuard<'a> {
             return Err(Error::LockLost); // inherited through fork: the parent's, not ours
         }
         // Relaxed: `owner`/`depth` are only written by the holding thread, which is us.
-        if sh.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
-            let depth = sh.depth.load(Relaxed);
+        if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
+            let depth = sh.hold.depth.load(Relaxed);
             if depth > 1 {
                 return self.release_nested(depth);
             }
             // Before the release: the next holder may be another thread of this process.
-            sh.depth.store(0, Relaxed);
-            sh.owner.store(0, Relaxed);
+            sh.hold.depth.store(0, Relaxed);
+            sh.hold.owner.store(0, Relaxed);
         }
         if self.lease_ms.is_none() {
             match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant) {
@@ -185,7 +185,7 @@ impl<'a> LockGuard<'a> {
     fn release_nested(&self, depth: u32) -> Result<()> {
         let sh = self.shared;
         // Relaxed: as in `release`.
-        sh.depth.store(depth - 1, Relaxed);
+        sh.hold.depth.store(depth - 1, Relaxed);
         core::check(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
             .map_err(|_| Error::LockLost)
     }

@@ -178,10 +178,10 @@ impl FairLock {
             return Err(Error::WouldDeadlock);
         }
         // Relaxed: only the holding thread (us) reads or writes these.
-        sh.depth.fetch_add(1, Relaxed);
+        sh.hold.depth.fetch_add(1, Relaxed);
         let grant = Grant {
-            ticket: sh.ticket.load(Relaxed),
-            died: sh.died.load(Relaxed) != 0,
+            ticket: sh.hold.ticket.load(Relaxed),
+            died: sh.hold.died.load(Relaxed) != 0,
             leased: self.lease_ms.is_some(),
         };
         Ok(LockGuard::new(
@@ -238,10 +238,12 @@ impl FairLock {
     #[inline]
     fn held<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
         // Relaxed: these are read back only by this thread (see `Shared::owner`).
-        sh.ticket.store(g.ticket, Relaxed);
-        sh.died.store(u32::from(g.died), Relaxed);
-        sh.depth.store(1, Relaxed);
-        sh.owner.store(Shared::owner_key(tid, g.ticket), Relaxed);
+        sh.hold.ticket.store(g.ticket, Relaxed);
+        sh.hold.died.store(u32::from(g.died), Relaxed);
+        sh.hold.depth.store(1, Relaxed);
+        sh.hold
+            .owner
+            .store(Shared::owner_key(tid, g.ticket), Relaxed);
         LockGuard::new(sh, g, tid, self.lease_ms)
     }
 }

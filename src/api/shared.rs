@@ -30,6 +30,16 @@ pub(crate) struct Shared {
     id: (u64, u64),
     /// The fork generation this was opened in; a forked child opens its own.
     pub(crate) fork_generation: u64,
+    /// Which of our threads holds the lock; written on every grant.
+    pub(crate) hold: Hold,
+}
+
+/// Which of our threads holds the lock. On cache lines of its own: every grant to one of our
+/// threads writes it, and sharing a line with the read-mostly fields above made each such
+/// grant evict them from every other thread's cache (false sharing between our threads).
+/// 128 bytes, because AMD and Intel cores fetch adjacent line pairs.
+#[repr(align(128))]
+pub(crate) struct Hold {
     /// `tid << 32 | (ticket as u32)` of our thread holding the lock, 0 if none.
     pub(crate) owner: AtomicU64,
     /// The held ticket (valid while `owner` names the calling thread).
@@ -68,10 +78,12 @@ impl Shared {
             participant,
             id: opened.id,
             fork_generation,
-            owner: AtomicU64::new(0),
-            ticket: AtomicU64::new(0),
-            died: AtomicU32::new(0),
-            depth: AtomicU32::new(0),
+            hold: Hold {
+                owner: AtomicU64::new(0),
+                ticket: AtomicU64::new(0),
+                died: AtomicU32::new(0),
+                depth: AtomicU32::new(0),
+            },
         });
         shared.clean_up_predecessor();
         open_files.push(Arc::downgrade(&shared));
@@ -198,7 +210,7 @@ impl Shared {
     #[inline]
     pub(crate) fn holder_tid(&self) -> u32 {
         // Relaxed: a thread only ever finds its own id here if it stored it itself.
-        (self.owner.load(Relaxed) >> 32) as u32
+        (self.hold.owner.load(Relaxed) >> 32) as u32
     }
 }
 
@@ -237,12 +249,12 @@ impl Drop for ExitWatch {
             }
             // Relaxed: written by this very thread when it acquired.
             let grant = core::Grant {
-                ticket: sh.ticket.load(Relaxed),
+                ticket: sh.hold.ticket.load(Relaxed),
                 died: false,
                 leased: false,
             };
-            sh.owner.store(0, Relaxed);
-            sh.depth.store(0, Relaxed);
+            sh.hold.owner.store(0, Relaxed);
+            sh.hold.depth.store(0, Relaxed);
             core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);
         }
     }
