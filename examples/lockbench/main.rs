@@ -714,6 +714,11 @@ impl Handoff for LineHandoff {
 /// `MAP_SHARED` mapping; the releaser stores and `FUTEX_WAKE`s.
 struct FutexHandoff {
     shm: Shm,
+    /// A relative timeout for each `FUTEX_WAIT` (0: none). fairlock's next-in-line waiter
+    /// always parks with one (its liveness poll, 100 µs doubling to 1 ms), and on this VM a
+    /// wait with a timer ~1 ms away wakes ~2 µs later than one with none or a far one; the
+    /// timed floor shows that cost apart from the lock's.
+    timeout_us: u64,
 }
 
 fn futex_word(a: &AtomicU64) -> *const u32 {
@@ -728,15 +733,25 @@ impl Handoff for FutexHandoff {
             if v == i + 1 {
                 return now_ns();
             }
+            let ts = libc::timespec {
+                tv_sec: (self.timeout_us / 1_000_000) as libc::time_t,
+                tv_nsec: ((self.timeout_us % 1_000_000) * 1000) as libc::c_long,
+            };
+            let ts_ptr = if self.timeout_us == 0 {
+                std::ptr::null::<libc::timespec>()
+            } else {
+                &ts as *const libc::timespec
+            };
             // SAFETY: the address is the low half of a live, aligned AtomicU64 in a shared
-            // mapping; FUTEX_WAIT only reads it.
+            // mapping; FUTEX_WAIT only reads it; `ts_ptr` is null or points to `ts`, alive for
+            // the call.
             unsafe {
                 libc::syscall(
                     libc::SYS_futex,
                     futex_word(w),
                     libc::FUTEX_WAIT,
                     v as u32,
-                    std::ptr::null::<libc::timespec>(),
+                    ts_ptr,
                 );
             }
         }
@@ -890,6 +905,7 @@ enum Entry {
     Lock(Kind),
     Line,
     Futex,
+    FutexTimed,
     PingPong,
 }
 
@@ -899,6 +915,7 @@ impl Entry {
             Entry::Lock(k) => k.name().into(),
             Entry::Line => "floor: cache-line hand-off".into(),
             Entry::Futex => "floor: shared-futex wake".into(),
+            Entry::FutexTimed => "floor: shared-futex wake, 1 ms timeout".into(),
             Entry::PingPong => "floor: futex ping-pong RTT/2".into(),
         }
     }
@@ -912,8 +929,9 @@ fn handoff(ctx: &Ctx) {
          soon as it holds the lock; latency = t1 − t0. Floors, measured the same way in the same \
          rounds: a store to a shared cache line the waiter spins on; a store + `FUTEX_WAKE` of \
          a waiter in `FUTEX_WAIT` on a shared (non-private) futex word of a `MAP_SHARED` \
-         mapping; and tight futex ping-pong (round trip / 2, no delay). {} rounds (ABBA) of {} \
-         hand-offs each.\n",
+         mapping, once with no timeout and once with a 1 ms timeout on each wait (fairlock's \
+         parked next-in-line waiter always waits with one: its liveness poll); and tight futex \
+         ping-pong (round trip / 2, no delay). {} rounds (ABBA) of {} hand-offs each.\n",
         ctx.plan.rounds, ctx.plan.handoffs
     );
     let spin_delay = || busy_until(now_ns() + 10_000);
@@ -929,6 +947,7 @@ fn handoff(ctx: &Ctx) {
             Entry::Lock(Kind::Ofd),
             Entry::Line,
             Entry::Futex,
+            Entry::FutexTimed,
             Entry::PingPong,
         ];
         let label = if parked {
@@ -949,9 +968,10 @@ fn handoff(ctx: &Ctx) {
                         with_kind!(k, C => run_lock_handoff::<C>(&path, n, delay))
                     }
                     Entry::Line => run_handoff(Arc::new(LineHandoff::default()), n, delay),
-                    Entry::Futex => run_handoff(
+                    Entry::Futex | Entry::FutexTimed => run_handoff(
                         Arc::new(FutexHandoff {
                             shm: Shm::create(&ctx.path("futex"), 8),
+                            timeout_us: if e == Entry::FutexTimed { 1000 } else { 0 },
                         }),
                         n,
                         delay,

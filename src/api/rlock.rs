@@ -62,6 +62,7 @@ impl FairRLock {
     ///
     /// # Errors
     /// [`crate::Error::Corrupt`] if the shared state is damaged.
+    #[inline]
     pub fn lock(&self) -> Result<LockGuard<'_>> {
         self.inner.acquire(None, true)
     }
