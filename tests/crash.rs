@@ -492,7 +492,8 @@ const CHAOS_POINTS: &[&str] = &[
 /// Several chaos workers at a time, each dying at a random crash point (its `N`-th pass) or
 /// by a parent's SIGKILL at a random moment, respawned at once; two survivors contend all the
 /// time. Asserts mutual exclusion (witness), strictly increasing tokens, and no gap between
-/// grants above grace + 1 s. Runs until `KILLS` kills.
+/// grants above 1 s plus a grace per ticket between them that died, timed out or was skipped.
+/// Runs until `KILLS` kills.
 #[test]
 fn chaos_random_kills_and_crash_points() {
     if let Some(r) = role() {
@@ -626,10 +627,22 @@ fn chaos_random_kills_and_crash_points() {
          tickets that died, timed out or were skipped): {:?}",
         &gaps[gaps.len().saturating_sub(3)..]
     );
-    assert!(
-        max_gap <= MAX_STALL,
-        "stall: {max_gap:?} between two grants while survivors waited"
-    );
+    // Each ticket between two grants died, timed out or was skipped, and may have cost up to a
+    // grace (taken but never published) or a poll (a dead waiter noticed by a parked one): a
+    // run of them adds up (DESIGN.md, failure model). Beyond that, no gap may exceed
+    // MAX_STALL. (A CI run on a busy host once saw 2.36 s across 126 such tickets.)
+    for w in log.windows(2) {
+        let gap = Duration::from_nanos(w[1].1.saturating_sub(w[0].1));
+        let between = w[1].0.saturating_sub(w[0].0).saturating_sub(1);
+        let allowed = MAX_STALL + GRACE * u32::try_from(between).unwrap_or(u32::MAX);
+        assert!(
+            gap <= allowed,
+            "stall: {gap:?} between grants {} and {} ({between} tickets between; allowed \
+             {allowed:?}) while survivors waited",
+            w[0].0,
+            w[1].0
+        );
+    }
     assert!(log.len() > 1000, "too few grants: {}", log.len());
     // The lock still works and its tokens continue.
     let lock = FairLock::open(env.path()).expect("open");

@@ -41,6 +41,11 @@ impl Watch {
 /// * a ticket granted in advance (`Ready`) whose taker has not claimed it within the grace is
 ///   skipped (the taker presumably died between taking the ticket and publishing it);
 /// * a first live ticket that somebody forgot to grant (its advancer died) is granted.
+///
+/// After revoking a dead holder or skipping a dead grantee it goes on walking: the grant that
+/// `advance` just made may have gone to another dead waiter, and a run of dead tickets is
+/// cleared in one pass instead of one per poll (the waiter nudged behind a dead grantee may be
+/// dead too, and the live one after it may be parked on its long idle poll).
 pub fn recover<P: Platform>(
     st: &LockState<'_>,
     p: &P,
@@ -54,7 +59,14 @@ pub fn recover<P: Platform>(
         return;
     }
     let mut h = start;
+    let mut steps: u64 = 0;
     while h != me {
+        // Each step passes a ticket or follows a change another process made to it; a
+        // consistent file needs at most a few per ticket ahead of us.
+        steps += 1;
+        if steps > 4 * super::advance::MAX_WALK {
+            return;
+        }
         let slot = st.slot(h);
         let lap = st.lap(h);
         // Acquire: see `advance`.
@@ -91,11 +103,15 @@ pub fn recover<P: Platform>(
                 return;
             }
             State::Granted => {
-                if dead() && cas(slot, w, w.with_state(State::Skipped)) {
+                if !dead() {
+                    return;
+                }
+                if cas(slot, w, w.with_state(State::Skipped)) {
                     crate::crash_point!("recover.skipped");
                     advance(st, p, h, false);
                 }
-                return;
+                // Look at `h` again (now final, or changed by someone else), then beyond.
+                continue;
             }
             State::Ready => {
                 let next = st.header().next_ticket.load(Relaxed);
@@ -114,7 +130,7 @@ pub fn recover<P: Platform>(
                         crate::crash_point!("recover.revoked");
                         advance(st, p, h, false);
                     }
-                    return;
+                    continue; // as for a dead grantee
                 }
                 let raw = slot.lease.load(Acquire);
                 let now = p.now_ns();

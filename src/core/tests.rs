@@ -294,3 +294,80 @@ fn taker_skipped_after_the_grace_queues_again() {
         "queued again behind the ticket that overtook it"
     );
 }
+
+/// The inlined uncontended release: releases and pre-grants the next ticket when nobody has
+/// published it.
+#[test]
+fn fast_release_pregrants_an_unpublished_next_ticket() {
+    let o = OwnedState::new(4, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    assert_eq!(release_unleased_fast(&st, g.ticket, 1), Some(true));
+    assert_eq!(state_of(&st, g.ticket), Some(State::Done));
+    assert_eq!(state_of(&st, g.ticket + 1), Some(State::Ready));
+    assert_eq!(st.header().head.load(Relaxed), g.ticket + 1);
+}
+
+/// When the next ticket is already published, the fast release stores `Done` and says the
+/// caller must run `advance`, which then grants the waiter.
+#[test]
+fn fast_release_leaves_a_published_waiter_to_advance() {
+    let o = OwnedState::new(4, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    let t = enqueue(&st, 2);
+    assert_eq!(release_unleased_fast(&st, g.ticket, 1), Some(false));
+    assert_eq!(state_of(&st, g.ticket), Some(State::Done));
+    assert_eq!(state_of(&st, t), Some(State::Waiting));
+    advance(&st, &p, g.ticket + 1, false);
+    assert_eq!(state_of(&st, t), Some(State::Granted));
+}
+
+/// A grant that is no longer ours (revoked as dead) is left alone by the fast release: it
+/// returns `None` without writing, and the full `release` reports the loss.
+#[test]
+fn fast_release_changes_nothing_when_the_grant_is_not_ours() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    let t = enqueue(&st, 2);
+    p.set_dead(1, true);
+    let mut watch = recover::Watch::default();
+    recover::recover(&st, &p, t, &mut watch, &Tuning::default());
+    assert_eq!(state_of(&st, g.ticket), Some(State::Revoked));
+    let before: Vec<u64> = (0..8).map(|i| word(&st, i).0).collect();
+    assert_eq!(release_unleased_fast(&st, g.ticket, 1), None);
+    let after: Vec<u64> = (0..8).map(|i| word(&st, i).0).collect();
+    assert_eq!(before, after);
+    assert!(release(&st, &p, &g, 1).is_err());
+    assert_eq!(state_of(&st, t), Some(State::Granted));
+}
+
+/// A dead holder followed by dead waiters: one `recover` pass by the live waiter behind them
+/// revokes the holder, skips every dead grantee in turn and leaves the live waiter granted
+/// (with the died flag). It used to stop after the first skip, leaving the next dead grantee
+/// to a later poll — up to one idle poll (50 ms) per dead ticket.
+#[test]
+fn recover_clears_a_run_of_dead_tickets_in_one_pass() {
+    let o = OwnedState::new(8, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    let dead_waiters: Vec<u64> = (2..=4).map(|i| enqueue(&st, i)).collect();
+    let live = enqueue(&st, 5);
+    for i in 1..=4 {
+        p.set_dead(i, true);
+    }
+    let mut watch = recover::Watch::default();
+    recover::recover(&st, &p, live, &mut watch, &Tuning::default());
+    assert_eq!(state_of(&st, g.ticket), Some(State::Revoked));
+    for t in dead_waiters {
+        assert_eq!(state_of(&st, t), Some(State::Skipped), "ticket {t}");
+    }
+    let w = word(&st, live);
+    assert_eq!(w.state(), Some(State::Granted));
+    assert!(w.died(), "the next holder must learn that the owner died");
+}
