@@ -404,15 +404,20 @@ impl Sim {
                 }
                 Status::Granted { died } => {
                     if dead {
+                        // Skipped; the walk goes on past the next grant too.
                         self.head_ended(died);
+                        continue;
                     }
                 }
                 Status::Held => {
-                    let expired = h.lease_until.is_some_and(|u| now_ms >= u);
-                    if dead || expired {
-                        if !dead {
-                            self.stale.push((h.actor, h.grant.unwrap()));
-                        }
+                    if dead {
+                        // Revoked; the walk goes on, as for a dead grantee.
+                        self.head_ended(true);
+                        continue;
+                    }
+                    if h.lease_until.is_some_and(|u| now_ms >= u) {
+                        // Lease taken over: the walk stops there.
+                        self.stale.push((h.actor, h.grant.unwrap()));
                         self.head_ended(true);
                     }
                 }
