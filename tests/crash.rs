@@ -492,8 +492,8 @@ const CHAOS_POINTS: &[&str] = &[
 /// Several chaos workers at a time, each dying at a random crash point (its `N`-th pass) or
 /// by a parent's SIGKILL at a random moment, respawned at once; two survivors contend all the
 /// time. Asserts mutual exclusion (witness), strictly increasing tokens, and no gap between
-/// grants above 1 s plus a grace per ticket between them that died, timed out or was skipped.
-/// Runs until `KILLS` kills.
+/// grants above `MAX_STALL` plus a grace per ticket between them that died, timed out or was
+/// skipped (at most 20 of them). Runs until `KILLS` kills.
 #[test]
 fn chaos_random_kills_and_crash_points() {
     if let Some(r) = role() {
@@ -629,12 +629,16 @@ fn chaos_random_kills_and_crash_points() {
     );
     // Each ticket between two grants died, timed out or was skipped, and may have cost up to a
     // grace (taken but never published) or a poll (a dead waiter noticed by a parked one): a
-    // run of them adds up (DESIGN.md, failure model). Beyond that, no gap may exceed
-    // MAX_STALL. (A CI run on a busy host once saw 2.36 s across 126 such tickets.)
+    // run of them adds up (DESIGN.md, failure model). So a gap may exceed MAX_STALL by one
+    // grace per such ticket, but by at most CHAOS_RUN of them: tickets keep coming during a
+    // stall (respawned workers, timeouts), and an uncapped allowance could never fail.
+    // (A CI run on a busy host, before `recover` cleared runs of dead tickets in one pass,
+    // saw 2.36 s across 126 such tickets.)
+    const CHAOS_RUN: u32 = 20;
     for w in log.windows(2) {
         let gap = Duration::from_nanos(w[1].1.saturating_sub(w[0].1));
         let between = w[1].0.saturating_sub(w[0].0).saturating_sub(1);
-        let allowed = MAX_STALL + GRACE * u32::try_from(between).unwrap_or(u32::MAX);
+        let allowed = MAX_STALL + GRACE * u32::try_from(between).unwrap_or(u32::MAX).min(CHAOS_RUN);
         assert!(
             gap <= allowed,
             "stall: {gap:?} between grants {} and {} ({between} tickets between; allowed \

@@ -184,3 +184,41 @@ fn two_handles_same_path_are_one_lock() {
     assert!(matches!(h3.try_lock(), Err(Error::WouldDeadlock)));
     drop(g);
 }
+
+/// Two `FairRLock` handles on one file that differ in their lease: a guard nested through the
+/// handle without a lease belongs to the outer, leased grant, so it reports that lease, can
+/// extend it, and releases it the way a leased grant is released (a CAS that a takeover can
+/// win). It used to take its lease from its own handle: `lease()` was `None`, `extend` failed
+/// with "opened without a lease", and its release was the unleased plain store, which could
+/// report `Ok` for a grant whose lease a takeover had already revoked.
+#[test]
+fn nested_guard_takes_the_lease_of_the_outer_grant() {
+    let dir = TempDir::new("reent-lease");
+    let path = dir.join("lock");
+    let leased = FairRLock::options()
+        .lease(Duration::from_secs(30))
+        .open_rlock(&path)
+        .expect("open leased");
+    let plain = FairRLock::open(&path).expect("open plain");
+    let outer = leased.lock().expect("outer");
+    let inner = plain.lock().expect("inner");
+    assert_eq!(inner.token(), outer.token());
+    assert_eq!(inner.lease(), Some(Duration::from_secs(30)));
+    inner
+        .extend(Duration::from_secs(60))
+        .expect("extend through the nested guard");
+    drop(outer); // out of order: the inner guard now releases the grant
+    inner.unlock().expect("unlock");
+    assert!(free_for_others(&path));
+    // And the other way round: an unleased grant stays unleased in a nested leased guard.
+    let outer = plain.lock().expect("outer, plain");
+    let inner = leased.lock().expect("inner, leased handle");
+    assert_eq!(inner.lease(), None);
+    assert!(matches!(
+        inner.extend(Duration::from_secs(1)),
+        Err(Error::InvalidOption { .. })
+    ));
+    drop(inner);
+    drop(outer);
+    assert!(free_for_others(&path));
+}

@@ -29,6 +29,10 @@ pub struct LockGuard<'a> {
     _not_send: PhantomData<*const ()>,
 }
 
+// See the comment on the fields: the uncontended path depends on this size.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<LockGuard<'static>>() == 32);
+
 /// The guard of a [`FairLock`](crate::FairLock).
 pub type FairLockGuard<'a> = LockGuard<'a>;
 /// The guard of a [`FairRLock`](crate::FairRLock).
@@ -134,7 +138,8 @@ impl<'a> LockGuard<'a> {
         }
     }
 
-    /// The lease this guard's handle asks for, if any.
+    /// The lease of this grant, if any: the one the handle that took the lock asked for (a
+    /// nested re-entrant guard reports the outer grant's, whichever handle it came from).
     pub fn lease(&self) -> Option<Duration> {
         self.lease_ms.map(|ms| Duration::from_millis(ms.get()))
     }

@@ -48,6 +48,9 @@ pub(crate) struct Hold {
     pub(crate) died: AtomicU32,
     /// Re-entrancy depth of the holding thread.
     pub(crate) depth: AtomicU32,
+    /// The held grant's lease in ms, 0 if none. A nested guard takes it from here, not from
+    /// its own handle: two handles on one file may differ in their lease option.
+    pub(crate) lease_ms: AtomicU64,
 }
 
 static OPEN_FILES: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
@@ -83,6 +86,7 @@ impl Shared {
                 ticket: AtomicU64::new(0),
                 died: AtomicU32::new(0),
                 depth: AtomicU32::new(0),
+                lease_ms: AtomicU64::new(0),
             },
         });
         shared.clean_up_predecessor();

@@ -149,8 +149,9 @@ pub fn recover<P: Platform>(
             }
         }
     }
-    // Everything ahead of us is final, yet we were not granted (whoever should have advanced
-    // died first, or the file was just initialised): grant ourselves through `advance`.
+    // Everything ahead of us is final. Either a step above already granted us, or nobody did
+    // (whoever should have advanced died first, or the file was just initialised): grant
+    // ourselves through `advance`, which stops at once if we are granted.
     advance(st, p, start, false);
 }
 
