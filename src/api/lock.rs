@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::guard::LockGuard;
 use super::options::OpenOptions;
-use super::shared::{ExitWatch, Shared};
+use super::shared::{ExitWatch, Hold, Shared};
 use crate::core::{self, Grant, Me, Tuning, WaitError};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
@@ -180,10 +180,10 @@ impl FairLock {
         // Relaxed: only the holding thread (us) reads or writes these.
         sh.hold.depth.fetch_add(1, Relaxed);
         // The grant's lease, which the handle that took it chose (maybe not this one).
-        let lease_ms = Some(sh.hold.lease_ms.load(Relaxed)).filter(|&ms| ms != 0);
+        let (lease_ms, died) = Hold::grant_of(sh.hold.grant_meta.load(Relaxed));
         let grant = Grant {
             ticket: sh.hold.ticket.load(Relaxed),
-            died: sh.hold.died.load(Relaxed) != 0,
+            died,
             leased: lease_ms.is_some(),
         };
         Ok(LockGuard::new(sh, grant, thread::current_tid(), lease_ms))
@@ -236,9 +236,10 @@ impl FairLock {
     fn held<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
         // Relaxed: these are read back only by this thread (see `Hold::owner`).
         sh.hold.ticket.store(g.ticket, Relaxed);
-        sh.hold.died.store(u32::from(g.died), Relaxed);
+        sh.hold
+            .grant_meta
+            .store(Hold::meta(self.lease_ms, g.died), Relaxed);
         sh.hold.depth.store(1, Relaxed);
-        sh.hold.lease_ms.store(self.lease_ms.unwrap_or(0), Relaxed);
         sh.hold
             .owner
             .store(Shared::owner_key(tid, g.ticket), Relaxed);

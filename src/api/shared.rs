@@ -44,13 +44,26 @@ pub(crate) struct Hold {
     pub(crate) owner: AtomicU64,
     /// The held ticket (valid while `owner` names the calling thread).
     pub(crate) ticket: AtomicU64,
-    /// Whether the held grant carried the died flag.
-    pub(crate) died: AtomicU32,
+    /// The held grant's lease in ms (0 if none) `<< 1`, or 1 if it carried the died flag:
+    /// one word, so that taking the lock stores no more than before. A nested guard takes the
+    /// lease from here, not from its own handle: two handles on one file may differ in their
+    /// lease option.
+    pub(crate) grant_meta: AtomicU64,
     /// Re-entrancy depth of the holding thread.
     pub(crate) depth: AtomicU32,
-    /// The held grant's lease in ms, 0 if none. A nested guard takes it from here, not from
-    /// its own handle: two handles on one file may differ in their lease option.
-    pub(crate) lease_ms: AtomicU64,
+}
+
+impl Hold {
+    /// The `grant_meta` word of a grant.
+    #[inline]
+    pub(crate) fn meta(lease_ms: Option<u64>, died: bool) -> u64 {
+        (lease_ms.unwrap_or(0) << 1) | u64::from(died)
+    }
+
+    /// The held grant's (lease in ms, died flag), from `grant_meta`.
+    pub(crate) fn grant_of(meta: u64) -> (Option<u64>, bool) {
+        (Some(meta >> 1).filter(|&ms| ms != 0), meta & 1 != 0)
+    }
 }
 
 static OPEN_FILES: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
@@ -84,9 +97,8 @@ impl Shared {
             hold: Hold {
                 owner: AtomicU64::new(0),
                 ticket: AtomicU64::new(0),
-                died: AtomicU32::new(0),
+                grant_meta: AtomicU64::new(0),
                 depth: AtomicU32::new(0),
-                lease_ms: AtomicU64::new(0),
             },
         });
         shared.clean_up_predecessor();
