@@ -21,7 +21,7 @@ pub struct LockGuard<'a> {
     // forwarding for about a third of the uncontended lock + unlock.
     shared: &'a Shared,
     ticket: u64,
-    /// The lease this guard's handle asks for; `None` without one.
+    /// The grant's lease (see [`LockGuard::lease`]); `None` without one.
     lease_ms: Option<NonZeroU64>,
     /// The thread that made this guard (and, as the guard is not `Send`, drops it).
     tid: u32,
