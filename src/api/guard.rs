@@ -172,17 +172,13 @@ impl<'a> LockGuard<'a> {
             sh.hold.depth.store(0, Relaxed);
             sh.hold.owner.store(0, Relaxed);
         }
-        if self.lease_ms.is_none() {
-            match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant) {
-                Some(true) => return Ok(()),
-                Some(false) => {
-                    self.advance_after_release();
-                    return Ok(());
-                }
-                None => {}
-            }
+        if self.lease_ms.is_some() {
+            return self.release_leased();
         }
-        self.release_slow()
+        match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant) {
+            Some(true) => Ok(()),
+            outcome => self.finish_unleased(outcome),
+        }
     }
 
     /// A nested re-entrant guard gives back one level: nothing is released.
@@ -195,22 +191,18 @@ impl<'a> LockGuard<'a> {
             .map_err(|_| Error::LockLost)
     }
 
-    /// The uncontended release stored `Done` but found the next ticket published: pass the
-    /// lock on the long way.
+    /// The rare endings of the unleased release (the next ticket already published, or the
+    /// grant no longer ours), out of line.
     #[cold]
-    fn advance_after_release(&self) {
+    fn finish_unleased(&self, outcome: Option<bool>) -> Result<()> {
         let sh = self.shared;
-        core::advance(
-            &sh.state(),
-            &sh.platform(),
-            self.ticket.wrapping_add(1),
-            false,
-        );
+        core::finish_unleased_release(&sh.state(), &sh.platform(), self.ticket, outcome)
+            .map_err(|_| Error::LockLost)
     }
 
-    /// Everything `release_unleased_fast` does not cover: leases, and grants no longer ours.
+    /// A grant with a lease is released with a CAS (a takeover may race it).
     #[cold]
-    fn release_slow(&self) -> Result<()> {
+    fn release_leased(&self) -> Result<()> {
         let sh = self.shared;
         core::release(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
             .map_err(|_| Error::LockLost)

@@ -67,12 +67,7 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                 State::Ready | State::Granted | State::Held => return,
             },
             LapRelation::Previous if state.is_final() => {
-                let ready = Word::new(lap, 0, State::Ready, died);
-                if cas(slot, w, ready) {
-                    crate::crash_point!("advance.ready");
-                    // Release: pairs with the Acquire load in `publish`: everything this walk read
-                    // (the final words it passed) happens-before a taker reuses those slots.
-                    st.header().head.store(h, Release);
+                if pregrant(st, slot, w, h, died) {
                     return;
                 }
             }
@@ -107,16 +102,23 @@ pub fn try_pregrant(st: &LockState<'_>, from: u64) -> bool {
     let lap = st.lap(from);
     // Acquire: as the first load of `advance`.
     let w = Word(slot.word.load(Acquire));
-    if relate(w.lap(), lap) == LapRelation::Previous
+    relate(w.lap(), lap) == LapRelation::Previous
         && w.state().is_some_and(State::is_final)
-        && cas(slot, w, Word::new(lap, 0, State::Ready, false))
-    {
-        crate::crash_point!("advance.ready");
-        // Release: as in `advance`.
-        st.header().head.store(from, Release);
-        return true;
+        && pregrant(st, slot, w, from, false)
+}
+
+/// Grants ticket `h` in advance: its slot still shows `prev`, the previous lap's final word.
+/// True if our CAS made it `Ready` (then `head` is `h`); false if someone else changed it.
+#[inline(always)]
+fn pregrant(st: &LockState<'_>, slot: &Slot, prev: Word, h: u64, died: bool) -> bool {
+    if !cas(slot, prev, Word::new(st.lap(h), 0, State::Ready, died)) {
+        return false;
     }
-    false
+    crate::crash_point!("advance.ready");
+    // Release: pairs with the Acquire load in `publish`: everything this walk read (the final
+    // words it passed) happens-before a taker reuses those slots.
+    st.header().head.store(h, Release);
+    true
 }
 
 /// The longest run of final tickets a walk follows (2^22). Only a corrupt file, or a `head`

@@ -30,26 +30,24 @@ pub fn release<P: Platform>(
     participant: u32,
 ) -> Result<(), Lost> {
     let t = g.ticket;
+    if !g.leased {
+        return match release_unleased_fast(st, t, participant) {
+            Some(true) => Ok(()),
+            outcome => finish_unleased_release(st, p, t, outcome),
+        };
+    }
     crate::crash_point!("release.start");
     let Some((slot, w)) = held_word(st, t, participant) else {
         advance(st, p, t, false);
         return Err(Lost);
     };
-    if !g.leased {
-        // Without a lease nobody else writes a Held word while its owner lives (revocation
-        // needs the owner dead), so a store suffices. Release: publishes our critical
-        // section to the Acquire load of whoever advances next.
-        slot.word.store(w.with_state(State::Done).0, Release);
-        crate::crash_point!("release.done");
-        pass_on(st, p, t.wrapping_add(1));
-        return Ok(());
-    }
     if Lease::decode(slot.lease.load(Acquire), st.lap(t)) == Lease::Revoked {
         // A takeover revoked the lease and has yet to revoke the word: finish it for them.
         finish_revocation(st, p, t);
         return Err(Lost);
     }
-    // Release: as above. On failure a revocation (lease takeover) won the race; follow it.
+    // Release: as in `release_unleased_fast`. On failure a revocation (lease takeover) won
+    // the race; follow it.
     if slot
         .word
         .compare_exchange(w.0, w.with_state(State::Done).0, Release, Acquire)
@@ -63,19 +61,42 @@ pub fn release<P: Platform>(
     Ok(())
 }
 
-/// The uncontended release of a grant without a lease, for inlining into the caller: if
-/// ticket `t` is still held by `participant`, stores `Done` and tries to pre-grant ticket
-/// `t + 1` ([`try_pregrant`]). `None`: it changed nothing, and the caller runs [`release`].
-/// `Some(true)`: released and passed on. `Some(false)`: released, and the caller must still
-/// run `advance(t + 1, false)`.
+/// The release of a grant without a lease, minus its rare endings, for inlining into the
+/// caller: if ticket `t` is still held by `participant`, stores `Done` and tries to pre-grant
+/// ticket `t + 1` ([`try_pregrant`]). `Some(true)`: released and passed on. Anything else is
+/// finished by [`finish_unleased_release`]: `Some(false)`, released but `t + 1` is published
+/// (the full `advance` grants it); `None`, no longer ours (nothing was written).
 #[inline(always)]
 pub fn release_unleased_fast(st: &LockState<'_>, t: u64, participant: u32) -> Option<bool> {
     crate::crash_point!("release.start");
     let (slot, w) = held_word(st, t, participant)?;
-    // Release: as in `release`.
+    // Without a lease nobody else writes a Held word while its owner lives (revocation needs
+    // the owner dead), so a store suffices. Release: publishes our critical section to the
+    // Acquire load of whoever advances next.
     slot.word.store(w.with_state(State::Done).0, Release);
     crate::crash_point!("release.done");
     Some(try_pregrant(st, t.wrapping_add(1)))
+}
+
+/// The rest of an unleased release after [`release_unleased_fast`] returned `outcome`
+/// (anything but `Some(true)`).
+#[cold]
+pub fn finish_unleased_release<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    t: u64,
+    outcome: Option<bool>,
+) -> Result<(), Lost> {
+    match outcome {
+        Some(_) => {
+            advance(st, p, t.wrapping_add(1), false);
+            Ok(())
+        }
+        None => {
+            advance(st, p, t, false);
+            Err(Lost)
+        }
+    }
 }
 
 /// `Ok` while ticket `g` is still held by us and its lease was not revoked.

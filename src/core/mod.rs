@@ -58,7 +58,9 @@ pub mod word;
 mod tests;
 
 pub use advance::advance;
-pub use holder::{check, extend, release, release_unleased_fast, revoke_own};
+pub use holder::{
+    check, extend, finish_unleased_release, release, release_unleased_fast, revoke_own,
+};
 pub use layout::{Geometry, LockState, OwnedState};
 pub use platform::{Liveness, Platform, Tuning};
 pub use wait::{claim_ready, lock, lock_contended, try_lock};
