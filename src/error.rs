@@ -56,6 +56,14 @@ pub enum Error {
         /// How many participant entries the file has.
         capacity: u32,
     },
+    /// This process has as many lock files open as it can track for `fork` (each needs a
+    /// beacon descriptor the fork handler can find without allocating).
+    TooManyOpenFiles {
+        /// The lock file that could not be opened.
+        path: PathBuf,
+        /// How many lock files one process can have open at once.
+        capacity: usize,
+    },
     /// An option value is out of range.
     InvalidOption {
         /// Which option, and why.
@@ -120,6 +128,11 @@ impl fmt::Display for Error {
             Error::TooManyParticipants { path, capacity } => write!(
                 f,
                 "{}: all {capacity} participant entries are used by live processes",
+                path.display()
+            ),
+            Error::TooManyOpenFiles { path, capacity } => write!(
+                f,
+                "{}: this process already has {capacity} lock files open, the most it can track",
                 path.display()
             ),
             Error::InvalidOption { what } => write!(f, "invalid option: {what}"),

@@ -33,7 +33,8 @@
 //! * [`core`] — the algorithm over a [`core::LockState`] of atomics and a [`core::Platform`];
 //!   no system calls, runs under loom and Miri.
 //! * `sys` — futex, clocks, OFD-lock beacons, thread ids (Linux only).
-//! * `file` — creating, validating, re-initialising and mapping lock files.
+//! * `file` — creating, validating, re-initialising and mapping lock files (private: a
+//!   read-only view of a file is a type of its own that hands out no references into it).
 //! * the API — [`FairLock`], [`FairRLock`], [`LockGuard`], [`OpenOptions`], [`Status`].
 
 #![warn(missing_docs)]
@@ -55,9 +56,16 @@ mod primitive;
 #[cfg(not(loom))]
 mod api;
 #[cfg(not(loom))]
-pub mod file;
+mod file;
 #[cfg(not(loom))]
 mod sys;
+
+/// Not part of the API: what the fuzz targets reach (header validation is pure and total).
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::file::{Verdict, validate_header};
+}
 
 pub use error::{Error, Result};
 

@@ -1,48 +1,53 @@
 //! Property-based state-machine test of the lock algorithm (`fairlock::core`) against a
-//! reference model: a FIFO queue of tickets, one holder at the head, a lease clock and a set
-//! of live participants.
+//! reference model: a FIFO queue of tickets, one holder at the head, a lease clock, a set of
+//! live participants, and each participant's local observation of what it waits behind.
 //!
-//! Everything runs on one thread with non-blocking pieces: a waiter is published the way
-//! `lock` publishes it (take a ticket, CAS the slot to `Waiting`), gives up the way a timeout
-//! does (CAS `Waiting → Abandoned`) and claims a grant the way `wait_for_grant` does (CAS
-//! `Granted → Held`); uncontended acquisitions go through the real `lock` (with a deadline
-//! already past, so it can never block) and `try_lock`; release, extend, check and recovery
-//! are the real functions. After every step the model and the shared words must agree.
-//! Failing cases shrink and are kept in `proptest-regressions/model_proptest.txt`.
+//! Everything runs on one thread with non-blocking pieces of the real code: a taker takes a
+//! ticket and runs the real `publish` (which claims a grant in advance at once, or leaves a
+//! published waiter), a granted waiter runs the real `claim_granted` (with its lease, so a
+//! contended leased claim commits its deadline as in production), `try_lock`, release,
+//! extend, check and recovery are the real functions. Only giving up (a timeout) is a CAS
+//! written here, as `wait_for_grant` does it. After every step the model and the shared words
+//! (slot words, lease fields, deadlines) must agree. A 4-slot array makes slots reused every
+//! few tickets. Failing cases shrink and are kept in `proptest-regressions/model_proptest.txt`.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
-use fairlock::core::lease::Lease;
+use fairlock::core::Platform;
+use fairlock::core::lease::{Lease, LeaseField};
 use fairlock::core::model::ModelPlatform;
-use fairlock::core::recover::{Watch, recover};
 use fairlock::core::word::{LapRelation, relate};
 use fairlock::core::{
-    Grant, Lost, Me, OwnedState, State, Tuning, Word, extend, lock, release, try_lock,
+    Claim, Grant, Lost, Me, OwnedState, Published, State, Tuning, Watch, Word, check,
+    claim_granted, extend, publish, recover, release, try_lock,
 };
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
-const SLOTS: u32 = 8;
+const SLOTS: u32 = 4;
 const ACTORS: u32 = 6;
 /// Never more live tickets than this, so no taker is ever lapped (that is loom's business).
-const MAX_QUEUE: usize = SLOTS as usize - 2;
+const MAX_QUEUE: usize = SLOTS as usize - 1;
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// Actor takes a ticket: through `lock` (deadline past) when the model says the lock is
-    /// free and pre-granted, else published as a waiter.
+    /// Actor takes a ticket and publishes it (with a lease of that many ms, if any): it holds at
+    /// once if the lock was free and pre-granted, else it is a published waiter.
     Arrive(u32, Option<u64>),
-    /// `try_lock`.
-    TryLock(u32),
+    /// `try_lock`, with a lease if any.
+    TryLock(u32, Option<u64>),
     /// A waiter gives its ticket up (timeout): CAS `Waiting → Abandoned`.
     GiveUp(u32),
-    /// A granted waiter claims: CAS `Granted → Held`.
+    /// A granted waiter claims (the real claim, lease commit included); an actor whose grant
+    /// was skipped while it stalled tries too and must find it lost.
     Claim(u32),
     /// The holder releases.
     Release(u32),
     /// The holder extends its lease.
     Extend(u32, u64),
+    /// The holder (or a holder taken over) checks its grant.
+    Check(u32),
     /// The participant dies (never runs again).
     Crash(u32),
     /// The clock moves (ms).
@@ -58,13 +63,15 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     let a = 0..ACTORS;
+    let lease = prop::option::of(1..50u64);
     prop_oneof![
-        4 => (a.clone(), prop::option::of(1..50u64)).prop_map(|(a, l)| Op::Arrive(a, l)),
-        1 => a.clone().prop_map(Op::TryLock),
+        4 => (a.clone(), lease.clone()).prop_map(|(a, l)| Op::Arrive(a, l)),
+        1 => (a.clone(), lease).prop_map(|(a, l)| Op::TryLock(a, l)),
         1 => a.clone().prop_map(Op::GiveUp),
         3 => a.clone().prop_map(Op::Claim),
         3 => a.clone().prop_map(Op::Release),
         1 => (a.clone(), 1..50u64).prop_map(|(a, ms)| Op::Extend(a, ms)),
+        1 => a.clone().prop_map(Op::Check),
         1 => a.clone().prop_map(Op::Crash),
         2 => (0..60u64).prop_map(Op::Tick),
         3 => a.clone().prop_map(Op::Recover),
@@ -85,10 +92,21 @@ struct Entry {
     ticket: u64,
     actor: u32,
     status: Status,
+    /// The lease it asked for (ms).
+    lease_ms: Option<u64>,
     /// The grant, once claimed.
     grant: Option<Grant>,
     /// Lease deadline in ms (leased holders only).
     lease_until: Option<u64>,
+}
+
+/// What a recovery pass ended on, in the model.
+#[derive(Debug, PartialEq, Eq)]
+enum Pass {
+    /// Reached the recoverer's own ticket (or, for `try_lock`, the end of the queue).
+    Clear,
+    /// A live ticket ahead.
+    Busy,
 }
 
 struct Sim {
@@ -106,9 +124,14 @@ struct Sim {
     dead: BTreeSet<u32>,
     /// Grants taken over by a lease takeover, still in their actors' hands.
     stale: Vec<(u32, Grant)>,
+    /// Leased grants skipped before their actors claimed them (they stalled past the lease).
+    skipped_grants: Vec<(u32, u64, Option<u64>)>,
     now_ns: u64,
     last_token: u64,
     watches: Vec<Watch>,
+    /// The model of each actor's `Watch`: the granted, leased, unclaimed ticket it watches
+    /// and since when (ns).
+    seen: Vec<Option<(u64, u64)>>,
 }
 
 fn me(actor: u32, lease_ms: Option<u64>) -> Me {
@@ -134,10 +157,16 @@ impl Sim {
             died_next: false,
             dead: BTreeSet::new(),
             stale: Vec::new(),
+            skipped_grants: Vec::new(),
             now_ns: 1_000_000_000,
             last_token: 0,
             watches: (0..ACTORS).map(|_| Watch::default()).collect(),
+            seen: vec![None; ACTORS as usize],
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now_ns / 1_000_000
     }
 
     /// Taking ticket `next` would not lap the oldest live ticket (whose slot it would share).
@@ -150,7 +179,9 @@ impl Sim {
     }
 
     fn busy(&self, a: u32) -> bool {
-        self.queue.iter().any(|e| e.actor == a) || self.stale.iter().any(|(s, _)| *s == a)
+        self.queue.iter().any(|e| e.actor == a)
+            || self.stale.iter().any(|(s, _)| *s == a)
+            || self.skipped_grants.iter().any(|(s, _, _)| *s == a)
     }
 
     fn alive(&self, a: u32) -> bool {
@@ -194,8 +225,21 @@ impl Sim {
         self.grant_front();
     }
 
+    /// A holder entry for grant `g` taken by actor `a`.
+    fn hold(&mut self, a: u32, g: Grant, lease: Option<u64>) {
+        self.new_grant(&g);
+        let until = lease.map(|ms| self.now_ms() + ms);
+        self.queue.push_back(Entry {
+            ticket: g.ticket,
+            actor: a,
+            status: Status::Held,
+            lease_ms: lease,
+            grant: Some(g),
+            lease_until: until,
+        });
+    }
+
     fn apply(&mut self, op: &Op) {
-        let now_ms = self.now_ns / 1_000_000;
         match *op {
             Op::Arrive(a, lease) => {
                 if self.busy(a) || !self.alive(a) || !self.room() {
@@ -203,70 +247,67 @@ impl Sim {
                 }
                 let t = self.next;
                 self.next += 1;
-                if let Some(died) = self.ready.take() {
-                    let st = self.o.view();
-                    let g = lock(&st, &self.p, &me(a, lease), Some(0), &self.tuning)
-                        .expect("pre-granted ticket is claimed at once");
-                    assert_eq!((g.ticket, g.died, g.leased), (t, died, lease.is_some()));
-                    self.new_grant(&g);
-                    self.queue.push_back(Entry {
-                        ticket: t,
-                        actor: a,
-                        status: Status::Held,
-                        grant: Some(g),
-                        lease_until: lease.map(|ms| now_ms + ms),
-                    });
-                } else {
+                let published = {
                     let st = self.o.view();
                     let taken = st.header().next_ticket.fetch_add(1, Relaxed);
                     assert_eq!(taken, t);
-                    let slot = st.slot(t);
-                    let w = Word(slot.word.load(Acquire));
-                    assert_eq!(
-                        (
-                            relate(w.lap(), st.lap(t)),
-                            w.state().is_some_and(State::is_final)
-                        ),
-                        (LapRelation::Previous, true),
-                        "ticket {t}: slot should be free, is {w:?}"
-                    );
-                    let waiting = Word::new(st.lap(t), a, State::Waiting, false);
-                    slot.word
-                        .compare_exchange(w.0, waiting.0, Acquire, Relaxed)
-                        .unwrap();
-                    self.watches[a as usize] = Watch::default();
-                    self.queue.push_back(Entry {
-                        ticket: t,
-                        actor: a,
-                        status: Status::Waiting,
-                        grant: None,
-                        lease_until: None,
-                    });
+                    let mut watch = Watch::default();
+                    let deadline = Some(self.p.now_ns());
+                    publish(
+                        &st,
+                        &self.p,
+                        t,
+                        &me(a, lease),
+                        deadline,
+                        &self.tuning,
+                        &mut watch,
+                    )
+                    .expect("publish")
+                };
+                self.watches[a as usize] = Watch::default();
+                self.seen[a as usize] = None;
+                match (self.ready.take(), published) {
+                    (Some(died), Published::Held(g)) => {
+                        assert_eq!((g.ticket, g.died, g.leased), (t, died, lease.is_some()));
+                        self.hold(a, g, lease);
+                    }
+                    (None, Published::Waiting(w)) => {
+                        assert_eq!(w.leased(), lease.is_some());
+                        self.queue.push_back(Entry {
+                            ticket: t,
+                            actor: a,
+                            status: Status::Waiting,
+                            lease_ms: lease,
+                            grant: None,
+                            lease_until: None,
+                        });
+                    }
+                    (r, _) => panic!("arrive: model ready {r:?}, publish disagrees"),
                 }
             }
-            Op::TryLock(a) => {
+            Op::TryLock(a, lease) => {
                 if self.busy(a) || !self.alive(a) || !self.room() {
                     return;
                 }
                 let got = {
                     let st = self.o.view();
-                    try_lock(&st, &self.p, &me(a, None)).expect("consistent")
+                    try_lock(&st, &self.p, &me(a, lease), &self.tuning).expect("consistent")
                 };
-                match (self.ready.take(), got) {
-                    (Some(died), Some(g)) => {
-                        assert_eq!((g.ticket, g.died), (self.next, died));
+                // try_lock recovers first, as a fresh observer behind the whole queue.
+                let mut fresh = None;
+                let pass = self.model_recover(None, &mut fresh);
+                match (pass, got) {
+                    (Pass::Clear, Some(g)) => {
+                        let died = self.ready.take().expect("pre-granted after a clear pass");
+                        assert_eq!(
+                            (g.ticket, g.died, g.leased),
+                            (self.next, died, lease.is_some())
+                        );
                         self.next += 1;
-                        self.new_grant(&g);
-                        self.queue.push_back(Entry {
-                            ticket: g.ticket,
-                            actor: a,
-                            status: Status::Held,
-                            grant: Some(g),
-                            lease_until: None,
-                        });
+                        self.hold(a, g, lease);
                     }
-                    (None, None) => {}
-                    (r, g) => panic!("try_lock: model ready {r:?}, lock gave {g:?}"),
+                    (Pass::Busy, None) => {}
+                    (p, g) => panic!("try_lock: model {p:?}, lock gave {g:?}"),
                 }
             }
             Op::GiveUp(a) => {
@@ -285,6 +326,13 @@ impl Sim {
                 self.queue.remove(i);
             }
             Op::Claim(a) => {
+                if let Some(k) = self.skipped_grants.iter().position(|(s, _, _)| *s == a) {
+                    let (_, t, lease) = self.skipped_grants.remove(k);
+                    let st = self.o.view();
+                    let r = claim_granted(&st, &self.p, t, &me(a, lease)).expect("consistent");
+                    assert_eq!(r, Claim::Lost, "a skipped grant must not be claimable");
+                    return;
+                }
                 let Some(i) = self.pos(a) else { return };
                 let Status::Granted { died } = self.queue[i].status else {
                     return;
@@ -292,25 +340,21 @@ impl Sim {
                 if !self.alive(a) {
                     return;
                 }
-                let e = &mut self.queue[i];
-                let st = self.o.view();
-                let slot = st.slot(e.ticket);
-                let w = Word(slot.word.load(Acquire));
-                assert_eq!(w.state(), Some(State::Granted), "ticket {}", e.ticket);
-                assert_eq!(w.died(), died);
-                slot.word
-                    .compare_exchange(w.0, w.with_state(State::Held).0, Acquire, Acquire)
-                    .expect("claim");
-                slot.lease
-                    .store(Lease::None.encode(st.lap(e.ticket)), Relaxed);
-                let g = Grant {
-                    ticket: e.ticket,
-                    died,
-                    leased: false,
+                let (t, lease) = (self.queue[i].ticket, self.queue[i].lease_ms);
+                let g = {
+                    let st = self.o.view();
+                    match claim_granted(&st, &self.p, t, &me(a, lease)) {
+                        Ok(Claim::Held(g)) => g,
+                        other => panic!("claim of ticket {t}: {other:?}"),
+                    }
                 };
+                assert_eq!((g.ticket, g.died, g.leased), (t, died, lease.is_some()));
+                self.new_grant(&g);
+                let until = lease.map(|ms| self.now_ms() + ms);
+                let e = &mut self.queue[i];
                 e.status = Status::Held;
                 e.grant = Some(g);
-                self.new_grant(&g);
+                e.lease_until = until;
             }
             Op::Release(a) => {
                 let Some(0) = self.pos(a) else { return };
@@ -329,24 +373,40 @@ impl Sim {
                 if let Some(k) = self.stale.iter().position(|(s, _)| *s == a) {
                     let g = self.stale[k].1;
                     let st = self.o.view();
-                    assert_eq!(extend(&st, &self.p, &g, a, ms), Err(Lost));
+                    assert_eq!(extend(&st, &self.p, g.ticket, a, ms), Err(Lost));
                     return;
                 }
                 let Some(0) = self.pos(a) else { return };
                 let alive = self.alive(a);
+                let now_ms = self.now_ms();
                 let e = &mut self.queue[0];
                 if !alive || e.status != Status::Held || e.lease_until.is_none() {
                     return;
                 }
                 let g = e.grant.unwrap();
                 let st = self.o.view();
-                assert_eq!(extend(&st, &self.p, &g, a, ms), Ok(()));
+                assert_eq!(extend(&st, &self.p, g.ticket, a, ms), Ok(()));
                 e.lease_until = Some(now_ms + ms);
+            }
+            Op::Check(a) => {
+                let st = self.o.view();
+                if let Some((_, g)) = self.stale.iter().find(|(s, _)| *s == a) {
+                    assert_eq!(check(&st, &self.p, g, a), Err(Lost));
+                    return;
+                }
+                if let Some(0) = self.pos(a)
+                    && self.alive(a)
+                    && self.queue[0].status == Status::Held
+                {
+                    let g = self.queue[0].grant.unwrap();
+                    assert_eq!(check(&st, &self.p, &g, a), Ok(()));
+                }
             }
             Op::Crash(a) => {
                 self.p.set_dead(a, true);
                 self.dead.insert(a);
                 self.stale.retain(|(s, _)| *s != a);
+                self.skipped_grants.retain(|(s, _, _)| *s != a);
             }
             Op::Tick(ms) => {
                 self.p.advance(ms * 1_000_000);
@@ -374,7 +434,7 @@ impl Sim {
     /// Real `recover` by the waiter at queue position `i`, and the model's prediction of it.
     fn recover(&mut self, i: usize) {
         let e = self.queue[i].clone();
-        {
+        let ahead = {
             let st = self.o.view();
             recover(
                 &st,
@@ -382,16 +442,31 @@ impl Sim {
                 e.ticket,
                 &mut self.watches[e.actor as usize],
                 &self.tuning,
-            );
-        }
-        let now_ms = self.now_ns / 1_000_000;
+            )
+        };
+        let mut seen = self.seen[e.actor as usize].take();
+        let pass = self.model_recover(Some(e.ticket), &mut seen);
+        self.seen[e.actor as usize] = seen;
+        let real = match ahead {
+            fairlock::core::Ahead::Clear => Pass::Clear,
+            fairlock::core::Ahead::Busy => Pass::Busy,
+            fairlock::core::Ahead::Unclaimed(ns) => panic!("no unclaimed pre-grant here ({ns})"),
+        };
+        assert_eq!(real, pass, "recover by ticket {}", e.ticket);
+    }
+
+    /// The model of one `recover` pass by the owner of ticket `me` (`None`: `try_lock`, behind
+    /// everything), whose watch saw `seen`.
+    fn model_recover(&mut self, me: Option<u64>, seen: &mut Option<(u64, u64)>) -> Pass {
+        let now_ms = self.now_ms();
         loop {
             let Some(h) = self.queue.front().cloned() else {
-                unreachable!("the recovering waiter is queued")
-            };
-            if h.ticket == e.ticket {
                 self.grant_front();
-                return;
+                return Pass::Clear;
+            };
+            if Some(h.ticket) == me {
+                self.grant_front();
+                return Pass::Clear;
             }
             let dead = !self.alive(h.actor);
             match h.status {
@@ -401,6 +476,7 @@ impl Sim {
                         continue;
                     }
                     self.grant_front();
+                    return Pass::Busy;
                 }
                 Status::Granted { died } => {
                     if dead {
@@ -408,6 +484,19 @@ impl Sim {
                         self.head_ended(died);
                         continue;
                     }
+                    let Some(ms) = h.lease_ms else {
+                        return Pass::Busy;
+                    };
+                    // A leased grantee that does not claim is timed with its lease.
+                    if seen.is_none_or(|(t, _)| t != h.ticket) {
+                        *seen = Some((h.ticket, self.now_ns));
+                    }
+                    let since = seen.unwrap().1;
+                    if self.now_ns - since < ms * 1_000_000 {
+                        return Pass::Busy;
+                    }
+                    self.skipped_grants.push((h.actor, h.ticket, h.lease_ms));
+                    self.head_ended(died);
                 }
                 Status::Held => {
                     if dead {
@@ -415,14 +504,14 @@ impl Sim {
                         self.head_ended(true);
                         continue;
                     }
-                    if h.lease_until.is_some_and(|u| now_ms >= u) {
-                        // Lease taken over: the walk stops there.
-                        self.stale.push((h.actor, h.grant.unwrap()));
-                        self.head_ended(true);
+                    if h.lease_until.is_none_or(|u| now_ms < u) {
+                        return Pass::Busy;
                     }
+                    // Lease taken over; the walk goes on.
+                    self.stale.push((h.actor, h.grant.unwrap()));
+                    self.head_ended(true);
                 }
             }
-            return;
         }
     }
 
@@ -477,6 +566,7 @@ impl Sim {
                 ),
                 Some(e) => {
                     assert_eq!(w.participant(), e.actor, "ticket {t}: owner");
+                    assert_eq!(w.leased(), e.lease_ms.is_some(), "ticket {t}: leased flag");
                     let expect = match e.status {
                         Status::Waiting => State::Waiting,
                         Status::Granted { died } => {
@@ -486,6 +576,21 @@ impl Sim {
                         Status::Held => State::Held,
                     };
                     assert_eq!(w.state(), Some(expect), "ticket {t}: {w:?}, model {e:?}");
+                    if let Some(ms) = e.lease_ms {
+                        let f = LeaseField(st.slot(t).lease.load(Acquire));
+                        match e.status {
+                            Status::Held => {
+                                assert_eq!(f.lease(), Lease::Leased, "ticket {t}: {f:?}");
+                                let entry = st.participant(e.actor).unwrap();
+                                assert_eq!(
+                                    Some(entry.lease_deadline_ms.load(Relaxed)),
+                                    e.lease_until,
+                                    "ticket {t}: deadline"
+                                );
+                            }
+                            _ => assert_eq!(f.lease(), Lease::Pending(ms), "ticket {t}: {f:?}"),
+                        }
+                    }
                 }
             }
         }

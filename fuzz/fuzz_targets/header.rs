@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fairlock::FairLock;
-use fairlock::file::validate_header;
+use fairlock::internal::validate_header;
 use libfuzzer_sys::fuzz_target;
 
 static N: AtomicU64 = AtomicU64::new(0);

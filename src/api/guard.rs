@@ -70,8 +70,9 @@ impl<'a> LockGuard<'a> {
     }
 
     /// True if the previous holder did not release the lock: it died (killed, crashed, its
-    /// thread exited while holding) or its lease was taken over. The data the lock protects may
-    /// be half-written; check it, like a robust mutex's `EOWNERDEAD`.
+    /// thread exited while holding, or it panicked while holding — its guard was dropped
+    /// during unwinding, as std poisons a `Mutex`) or its lease was taken over. The data the
+    /// lock protects may be half-written; check it, like a robust mutex's `EOWNERDEAD`.
     pub fn owner_died(&self) -> bool {
         self.died
     }
@@ -119,7 +120,7 @@ impl<'a> LockGuard<'a> {
         core::extend(
             &st,
             &self.shared.platform(),
-            &self.grant(),
+            self.ticket,
             self.shared.participant,
             ms,
         )
@@ -134,7 +135,7 @@ impl<'a> LockGuard<'a> {
         // Only while the grant is ours: a lost grant's slot may belong to a later ticket.
         if self.check().is_ok() {
             let st = self.shared.state();
-            core::wait::stamp_holder(&st, &self.shared.platform(), self.ticket, self.tid);
+            core::claim::stamp_holder(&st, &self.shared.platform(), self.ticket, self.tid);
         }
     }
 
@@ -145,13 +146,18 @@ impl<'a> LockGuard<'a> {
     }
 
     /// Releases the lock (one level, for a nested re-entrant guard) and reports whether it
-    /// was still ours.
+    /// was still ours. Called while the thread panics, it gives the lock up as a drop would
+    /// then (the next holder is told [`owner_died`](LockGuard::owner_died)).
     ///
     /// # Errors
     /// [`Error::LockLost`] if it had been taken over or revoked: whatever was done under it
     /// may have overlapped another holder.
     pub fn unlock(self) -> Result<()> {
-        let r = self.release();
+        let r = if std::thread::panicking() {
+            self.release_poisoned()
+        } else {
+            self.release()
+        };
         std::mem::forget(self); // released above; nothing else to drop
         r
     }
@@ -165,7 +171,8 @@ impl<'a> LockGuard<'a> {
         // Relaxed: `owner`/`depth` are only written by the holding thread, which is us.
         if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
             let depth = sh.hold.depth.load(Relaxed);
-            if depth > 1 {
+            // A nested level, or the poison mark a nested guard left: out of line.
+            if depth != 1 {
                 return self.release_nested(depth);
             }
             // Before the release: the next holder may be another thread of this process.
@@ -181,13 +188,53 @@ impl<'a> LockGuard<'a> {
         }
     }
 
-    /// A nested re-entrant guard gives back one level: nothing is released.
+    /// A nested re-entrant guard gives back one level: nothing is released. The outermost
+    /// level of a grant that a nested guard poisoned (dropped while panicking) is given up
+    /// as if its owner died.
     #[cold]
     fn release_nested(&self, depth: u32) -> Result<()> {
         let sh = self.shared;
+        let levels = depth & !POISONED;
+        if levels <= 1 {
+            return self.give_up_as_dead();
+        }
         // Relaxed: as in `release`.
         sh.hold.depth.store(depth - 1, Relaxed);
         core::check(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+            .map_err(|_| Error::LockLost)
+    }
+
+    /// Dropped (or unlocked) while this thread panics: whatever the guard protected may be
+    /// half-updated, so the lock is given up as if its owner died — the next holder gets
+    /// `owner_died()` — like std's `Mutex` poisoning. A nested re-entrant guard only marks the
+    /// grant; its outermost guard gives it up.
+    #[cold]
+    fn release_poisoned(&self) -> Result<()> {
+        let sh = self.shared;
+        if !sh.is_current() {
+            return Err(Error::LockLost);
+        }
+        // Relaxed: as in `release`.
+        if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
+            let depth = sh.hold.depth.load(Relaxed);
+            if depth & !POISONED > 1 {
+                sh.hold.depth.store((depth - 1) | POISONED, Relaxed);
+                return core::check(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+                    .map_err(|_| Error::LockLost);
+            }
+        }
+        self.give_up_as_dead()
+    }
+
+    /// Revokes our own grant: the next holder is told the owner died.
+    fn give_up_as_dead(&self) -> Result<()> {
+        let sh = self.shared;
+        // Relaxed: as in `release`. Before the revocation, as for a release.
+        if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
+            sh.hold.depth.store(0, Relaxed);
+            sh.hold.owner.store(0, Relaxed);
+        }
+        core::revoke_own(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
             .map_err(|_| Error::LockLost)
     }
 
@@ -209,10 +256,17 @@ impl<'a> LockGuard<'a> {
     }
 }
 
+/// The bit of `Hold::depth` a nested guard dropped while panicking sets.
+pub(crate) const POISONED: u32 = 1 << 31;
+
 impl Drop for LockGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        let _ = self.release();
+        if std::thread::panicking() {
+            let _ = self.release_poisoned();
+        } else {
+            let _ = self.release();
+        }
     }
 }
 

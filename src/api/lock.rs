@@ -1,6 +1,6 @@
 //! [`FairLock`]: the strictly FIFO, cross-process lock.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,6 +11,7 @@ use super::shared::{ExitWatch, Hold, Shared};
 use crate::core::{self, Grant, Me, Tuning, WaitError};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
+use crate::sys::thread::ForkGuard;
 use crate::sys::{clock, thread};
 
 /// A strictly fair (first come, first served) lock shared by threads and processes through a
@@ -112,22 +113,37 @@ impl FairLock {
         self.reopen_after_fork()
     }
 
+    /// After a `fork`: this process's own view (opened now if no thread of ours did yet).
+    /// `views` is locked only under the fork lock, and never across the open (which may wait).
     #[cold]
     fn reopen_after_fork(&self) -> Result<&Shared> {
+        let path = match self.current_view() {
+            Ok(sh) => return Ok(sh),
+            Err(path) => path,
+        };
+        let fresh = Shared::open(&path, &self.create)?;
+        let _fork = ForkGuard::lock();
         let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        // `Shared::open` joins a view another thread of ours opened meanwhile, so `fresh` is
+        // that one or new; either way it is pushed (a duplicate Arc is harmless) and kept.
+        let p = Arc::as_ptr(&fresh).cast_mut();
+        views.push(fresh);
+        self.current.store(p, Release);
+        // SAFETY: the Arc was just pushed into `views`, which lives as long as `self`.
+        Ok(unsafe { &*p })
+    }
+
+    /// Our current view if `views` has one (then made `current`), else the path to reopen.
+    fn current_view(&self) -> std::result::Result<&Shared, PathBuf> {
+        let _fork = ForkGuard::lock();
+        let views = self.views.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(v) = views.iter().find(|v| v.is_current()) {
             let p = Arc::as_ptr(v).cast_mut();
             self.current.store(p, Release);
             // SAFETY: the Arc stays in `views` for as long as `self`.
             return Ok(unsafe { &*p });
         }
-        let path = views.last().map(|v| v.path.clone()).unwrap_or_default();
-        let fresh = Shared::open(&path, &self.create)?;
-        let p = Arc::as_ptr(&fresh).cast_mut();
-        views.push(fresh);
-        self.current.store(p, Release);
-        // SAFETY: the Arc was just pushed into `views`, which lives as long as `self`.
-        Ok(unsafe { &*p })
+        Err(views.last().map(|v| v.path.clone()).unwrap_or_default())
     }
 
     /// Waits in line for the lock.
@@ -166,7 +182,8 @@ impl FairLock {
         }
         ExitWatch::arm();
         let me = self.me(sh, tid);
-        match core::try_lock(&sh.state(), &sh.platform(), &me).map_err(|e| wait_error(sh, e))? {
+        let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);
+        match r.map_err(|e| wait_error(sh, e))? {
             Some(g) => Ok(self.held(sh, tid, g)),
             None => Err(Error::WouldBlock),
         }

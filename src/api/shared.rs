@@ -2,6 +2,14 @@
 //! our threads holds the lock. Every handle to the same file (same device and inode) in a
 //! process shares it, so re-entrancy and `WouldDeadlock` are per (process, thread), and a
 //! process has one beacon per file.
+//!
+//! How a view is made ([`Shared::open`]), fork-safely: open and validate the file (which may
+//! wait for another process's initialisation, so it holds no lock of ours); look for an
+//! existing view (under the fork lock, briefly); create the beacon descriptor and register it
+//! for the fork handler in one section under the fork lock; claim a participant entry (an OFD
+//! lock on the new descriptor); clean up what the entry's dead previous user left; insert the
+//! view (under the fork lock) unless another thread of ours inserted one meanwhile — then ours
+//! is dropped and theirs used.
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
@@ -10,11 +18,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::core::layout::Participant;
-use crate::core::{self, LockState, State, Word};
+use crate::core::{self, LockState};
 use crate::error::{Error, Result};
 use crate::file::{CreateOptions, Mapping, open_lock_file};
+use crate::sys::ofd;
 use crate::sys::platform::SysPlatform;
-use crate::sys::{ofd, thread};
+use crate::sys::thread::{self, ForkGuard};
 
 /// A process's view of one lock file.
 pub(crate) struct Shared {
@@ -23,13 +32,14 @@ pub(crate) struct Shared {
     /// Never the one we mapped: a mapping keeps its open file description — and with it
     /// every OFD lock on it — alive for as long as the mapping exists, which includes the copy
     /// a forked child inherits. Our beacon must die with our process.
-    file: File,
+    file: Beacon,
     mapping: Mapping,
     /// Our participant index.
     pub(crate) participant: u32,
-    id: (u64, u64),
     /// The fork generation this was opened in; a forked child opens its own.
     pub(crate) fork_generation: u64,
+    /// This process's lock for writing its lease deadline (see `core::lease`).
+    lease_lock: Mutex<()>,
     /// Which of our threads holds the lock; written on every grant.
     pub(crate) hold: Hold,
 }
@@ -49,7 +59,9 @@ pub(crate) struct Hold {
     /// lease from here, not from its own handle: two handles on one file may differ in their
     /// lease option.
     pub(crate) grant_meta: AtomicU64,
-    /// Re-entrancy depth of the holding thread.
+    /// Re-entrancy depth of the holding thread; its top bit (`guard::POISONED`) marks a grant
+    /// that a nested guard was dropped with while panicking: the outermost release then gives
+    /// the lock up as if its owner died.
     pub(crate) depth: AtomicU32,
 }
 
@@ -66,7 +78,51 @@ impl Hold {
     }
 }
 
-static OPEN_FILES: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+/// The beacon descriptor, registered with the fork handler for as long as it is open.
+struct Beacon(Option<File>);
+
+impl Beacon {
+    fn file(&self) -> &File {
+        self.0.as_ref().expect("open until dropped")
+    }
+}
+
+impl Drop for Beacon {
+    fn drop(&mut self) {
+        // Unregistered and closed in one section under the fork lock: a fork in between would
+        // leave the child an unregistered copy keeping the beacon alive.
+        let fork = ForkGuard::lock();
+        if let Some(f) = self.0.take() {
+            thread::unregister_beacon_fd(&fork, f.as_raw_fd());
+            drop(f);
+        }
+    }
+}
+
+/// One entry of the table of open files: (device, inode), fork generation, the view.
+type OpenFile = ((u64, u64), u64, Weak<Shared>);
+
+/// The views of this process, by file. Locked only while holding the fork lock, so that no
+/// `fork` ever copies it locked.
+static OPEN_FILES: Mutex<Vec<OpenFile>> = Mutex::new(Vec::new());
+
+/// The table of open files, under the fork lock. Keep the section short: no waiting inside,
+/// and never drop an `Arc<Shared>` inside (the last one closes a beacon, which takes the
+/// fork lock): upgrade only what is returned.
+fn with_open_files<R>(f: impl FnOnce(&mut Vec<OpenFile>) -> R) -> R {
+    let _fork = ForkGuard::lock();
+    let mut open_files = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut open_files)
+}
+
+/// This process's view of file `id` opened in fork generation `generation`, if any.
+fn find(open_files: &mut Vec<OpenFile>, id: (u64, u64), generation: u64) -> Option<Arc<Shared>> {
+    open_files.retain(|(_, _, w)| w.strong_count() > 0);
+    open_files
+        .iter()
+        .find(|(i, g, _)| *i == id && *g == generation)
+        .and_then(|(_, _, w)| w.upgrade())
+}
 
 impl Shared {
     /// Opens `path` (or joins this process's existing view of the same file).
@@ -74,26 +130,20 @@ impl Shared {
         thread::install_fork_handler();
         let opened = open_lock_file(path, o)?;
         let fork_generation = thread::fork_generation();
-        let mut open_files = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
-        open_files.retain(|w| w.strong_count() > 0);
-        if let Some(existing) = open_files
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|s| s.id == opened.id && s.fork_generation == fork_generation)
-        {
+        let id = opened.id;
+        if let Some(existing) = with_open_files(|o| find(o, id, fork_generation)) {
             return Ok(existing); // our extra descriptor closes here; it holds no beacon
         }
-        let beacon = reopen(&opened.file, opened.id, path)?;
+        let beacon = open_beacon(&opened.file, opened.id, path)?;
         drop(opened.file); // the mapping keeps what it needs
-        let participant = register(&beacon, &opened.mapping, path)?;
-        thread::register_beacon_fd(beacon.as_raw_fd());
+        let participant = register(beacon.file(), &opened.mapping, path)?;
         let shared = Arc::new(Shared {
             path: path.to_path_buf(),
             file: beacon,
             mapping: opened.mapping,
             participant,
-            id: opened.id,
             fork_generation,
+            lease_lock: Mutex::new(()),
             hold: Hold {
                 owner: AtomicU64::new(0),
                 ticket: AtomicU64::new(0),
@@ -101,9 +151,18 @@ impl Shared {
                 depth: AtomicU32::new(0),
             },
         });
-        shared.clean_up_predecessor();
-        open_files.push(Arc::downgrade(&shared));
-        Ok(shared)
+        core::clean_up_participant(&shared.state(), &shared.platform(), participant);
+        let ours = shared.clone();
+        let chosen = with_open_files(|open_files| match find(open_files, id, fork_generation) {
+            Some(theirs) => theirs,
+            None => {
+                open_files.push((id, fork_generation, Arc::downgrade(&ours)));
+                ours
+            }
+        });
+        // If another thread of ours won the race, `shared` (and its beacon) goes here.
+        drop(shared);
+        Ok(chosen)
     }
 
     /// The shared state.
@@ -116,9 +175,10 @@ impl Shared {
     #[inline]
     pub(crate) fn platform(&self) -> SysPlatform<'_> {
         SysPlatform {
-            file: &self.file,
+            file: self.file.file(),
             me: self.participant,
             participants: self.mapping.geometry().participants,
+            lease_lock: &self.lease_lock,
         }
     }
 
@@ -127,39 +187,12 @@ impl Shared {
     pub(crate) fn is_current(&self) -> bool {
         self.fork_generation == thread::fork_generation()
     }
-
-    /// Our participant entry was last used by a process that died (the kernel dropped its
-    /// beacon, which is how we could claim it). Whatever it still held or waited for is
-    /// revoked or skipped now, before we publish anything under the same index.
-    fn clean_up_predecessor(&self) {
-        let st = self.state();
-        let p = self.platform();
-        for i in 0..st.slot_count() {
-            let slot = st.slot(i);
-            // Acquire: see `core::advance`.
-            let w = Word(slot.word.load(std::sync::atomic::Ordering::Acquire));
-            if w.participant() != self.participant {
-                continue;
-            }
-            let to = match w.state() {
-                Some(State::Held) => State::Revoked,
-                Some(State::Waiting | State::Sleeping | State::Granted) => State::Skipped,
-                _ => continue,
-            };
-            let _ = slot.word.compare_exchange(
-                w.0,
-                w.with_state(to).0,
-                std::sync::atomic::Ordering::AcqRel,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
-        core::advance(&st, &p, st.header().head.load(Relaxed), false);
-    }
 }
 
 /// A second open file description of the same file (through `/proc/self/fd`, so it is the
-/// same inode even if the path was replaced meanwhile), for the beacon.
-fn reopen(file: &File, id: (u64, u64), path: &Path) -> Result<File> {
+/// same inode even if the path was replaced meanwhile), for the beacon; created and registered
+/// with the fork handler in one section under the fork lock.
+fn open_beacon(file: &File, id: (u64, u64), path: &Path) -> Result<Beacon> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let open = |p: &Path| {
         std::fs::OpenOptions::new()
@@ -168,11 +201,24 @@ fn reopen(file: &File, id: (u64, u64), path: &Path) -> Result<File> {
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(p)
     };
-    // Without /proc, the path itself (checked to be the same inode below).
-    let beacon = open(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())))
-        .or_else(|_| open(path))
-        .map_err(|e| Error::io(path, "reopen for the beacon", e))?;
-    let meta = beacon.metadata().map_err(|e| Error::io(path, "stat", e))?;
+    let beacon = {
+        let fork = ForkGuard::lock();
+        // Without /proc, the path itself (checked to be the same inode below).
+        let f = open(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())))
+            .or_else(|_| open(path))
+            .map_err(|e| Error::io(path, "reopen for the beacon", e))?;
+        if !thread::register_beacon_fd(&fork, f.as_raw_fd()) {
+            return Err(Error::TooManyOpenFiles {
+                path: path.to_path_buf(),
+                capacity: thread::MAX_BEACONS,
+            });
+        }
+        Beacon(Some(f))
+    };
+    let meta = beacon
+        .file()
+        .metadata()
+        .map_err(|e| Error::io(path, "stat", e))?;
     if (meta.dev(), meta.ino()) != id {
         return Err(Error::io(
             path,
@@ -230,14 +276,6 @@ impl Shared {
     }
 }
 
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // Before the descriptor closes (with `file`), so the fork handler never touches a
-        // number that may be reused.
-        thread::unregister_beacon_fd(self.file.as_raw_fd());
-    }
-}
-
 /// A thread-local whose destructor runs when a thread that has locked exits: any lock it
 /// still holds (a leaked guard) is given up as if its owner died, so the next waiter takes
 /// over and is told through `owner_died`.
@@ -258,8 +296,15 @@ impl ExitWatch {
 impl Drop for ExitWatch {
     fn drop(&mut self) {
         let tid = thread::current_tid();
-        let open_files = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
-        for sh in open_files.iter().filter_map(Weak::upgrade) {
+        // Collected under the lock, used (and possibly dropped: a view's last owner may go
+        // here, and its beacon takes the fork lock) after it.
+        let views: Vec<Arc<Shared>> = with_open_files(|open_files| {
+            open_files
+                .iter()
+                .filter_map(|(_, _, w)| w.upgrade())
+                .collect()
+        });
+        for sh in views {
             if !sh.is_current() || sh.holder_tid() != tid {
                 continue;
             }
@@ -271,7 +316,7 @@ impl Drop for ExitWatch {
             };
             sh.hold.owner.store(0, Relaxed);
             sh.hold.depth.store(0, Relaxed);
-            core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);
+            let _ = core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);
         }
     }
 }

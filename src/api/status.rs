@@ -1,14 +1,14 @@
 //! A read-only snapshot of a lock file: who holds it, who waits, for how long.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::time::Duration;
 
+use crate::core::frontier::first_unfinished;
 use crate::core::lease::Lease;
-use crate::core::word::{LapRelation, relate};
-use crate::core::{LockState, State, Word};
+use crate::core::word::{LapRelation, lap_of, relate};
+use crate::core::{Liveness, State};
 use crate::error::Result;
-use crate::file::open_read_only;
+use crate::file::{ReadOnlyView, open_read_only};
 use crate::sys::clock;
 
 /// One ticket in the queue, as seen by [`inspect`].
@@ -25,6 +25,11 @@ pub struct TicketInfo {
     pub pid: Option<u32>,
     /// The owning thread's id, when known.
     pub tid: Option<u32>,
+    /// Whether the owning process is alive (its beacon is held); `None` when the owner is not
+    /// known (a ticket granted in advance) or cannot be probed. A dead holder or waiter is
+    /// passed over by the next acquire of any kind (`lock`, `try_lock`, `fairlock run -n`),
+    /// and the next holder is told `owner_died`.
+    pub alive: Option<bool>,
     /// How long it has been in this state (held for / waiting for), when known; coarse.
     pub elapsed: Option<Duration>,
     /// For a holder with a lease: how long until it may be taken over (zero if overdue).
@@ -60,24 +65,25 @@ impl Status {
 }
 
 /// Reads the state of the lock file at `path` without disturbing it (read-only open and
-/// mapping; no beacon, no ticket).
+/// mapping; no beacon, no ticket; liveness probed with `F_OFD_GETLK`, which takes nothing).
 ///
 /// # Errors
 /// As [`crate::OpenOptions::open`], except that a missing or uninitialised file is an error.
 pub fn inspect(path: impl AsRef<Path>) -> Result<Status> {
     let path = path.as_ref();
-    let mapping = open_read_only(path)?;
-    Ok(snapshot(path, &mapping.state()))
+    let view = open_read_only(path)?;
+    Ok(snapshot(path, &view))
 }
 
-/// Builds the snapshot by walking from the head hint to the last ticket (at most `N`).
-pub(crate) fn snapshot(path: &Path, st: &LockState<'_>) -> Status {
-    let hdr = st.header();
-    let next = hdr.next_ticket.load(Relaxed);
-    let head = hdr.head.load(Relaxed);
+/// Builds the snapshot by walking from the first unfinished ticket to the last (at most `N`).
+fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
+    let g = v.geometry();
+    let shift = g.slot_shift();
+    let next = v.next_ticket();
+    let front = first_unfinished(v.head(), next, shift, |t| v.word(t));
     let now = clock::coarse_ns();
     let now_ms = clock::monotonic_ns() / 1_000_000;
-    let span = next.wrapping_sub(head).min(st.slot_count());
+    let span = next.wrapping_sub(front).min(u64::from(g.slots));
     let mut status = Status {
         path: path.to_path_buf(),
         next_ticket: next,
@@ -86,10 +92,9 @@ pub(crate) fn snapshot(path: &Path, st: &LockState<'_>) -> Status {
         arriving: 0,
     };
     for k in 0..=span {
-        let t = head.wrapping_add(k);
-        let slot = st.slot(t);
-        let lap = st.lap(t);
-        let w = Word(slot.word.load(Acquire));
+        let t = front.wrapping_add(k);
+        let lap = lap_of(t, shift);
+        let w = v.word(t);
         let Some(state) = w.state() else { continue };
         match relate(w.lap(), lap) {
             LapRelation::Same => {}
@@ -102,33 +107,40 @@ pub(crate) fn snapshot(path: &Path, st: &LockState<'_>) -> Status {
         if state.is_final() || (state == State::Ready && t == next) {
             continue;
         }
-        let stamped = slot.stamp.load(Relaxed) == t.wrapping_add(1);
-        let pid = if state == State::Ready {
-            None
+        let (stamp, since, tid) = v.stamps(t);
+        let stamped = stamp == t.wrapping_add(1);
+        let owner_known = state != State::Ready;
+        let pid = owner_known
+            .then(|| v.pid(w.participant()))
+            .flatten()
+            .filter(|pid| *pid != 0);
+        let alive = owner_known
+            .then(|| v.liveness(w.participant()))
+            .flatten()
+            .map(|l| l == Liveness::Alive);
+        // The lease field is this ticket's only if the word says it is leased (read after the
+        // field, as everywhere; a torn snapshot only mislabels a line of output).
+        let lease_remaining = if w.leased() && state.is_granted() {
+            match v.lease(t).lease() {
+                Lease::Leased => v
+                    .lease_deadline_ms(w.participant())
+                    .map(|d| Duration::from_millis(d.saturating_sub(now_ms))),
+                Lease::Pending(ms) => Some(Duration::from_millis(ms)),
+                Lease::Revoked => Some(Duration::ZERO),
+                Lease::None => None,
+            }
         } else {
-            st.participant(w.participant())
-                .map(|p| p.pid.load(Relaxed))
-                .filter(|pid| *pid != 0)
-        };
-        let lease_remaining = match Lease::decode(slot.lease.load(Relaxed), lap) {
-            Lease::Until(ms) => Some(Duration::from_millis(ms.saturating_sub(now_ms))),
-            Lease::Pending(ms) => Some(Duration::from_millis(ms)),
-            Lease::Revoked => Some(Duration::ZERO),
-            _ => None,
+            None
         };
         let info = TicketInfo {
             ticket: t,
             token: t.wrapping_add(1),
             state: state.name(),
             pid,
-            tid: stamped.then(|| slot.tid.load(Relaxed)),
-            elapsed: stamped
-                .then(|| Duration::from_nanos(now.saturating_sub(slot.since.load(Relaxed)))),
-            lease_remaining: if state.is_granted() {
-                lease_remaining
-            } else {
-                None
-            },
+            tid: stamped.then_some(tid),
+            alive,
+            elapsed: stamped.then(|| Duration::from_nanos(now.saturating_sub(since))),
+            lease_remaining,
             owner_died: w.died(),
         };
         if state.is_granted() {

@@ -1,10 +1,11 @@
 //! `advance`: passes the lock on. Shared by release, timeout clean-up and recovery;
 //! idempotent, and anyone may run it at any time.
 
+use super::frontier::{MAX_STEPS, raise_head, step_over_later};
 use super::layout::{LockState, Slot};
 use super::platform::Platform;
 use super::word::{LapRelation, State, Word, relate};
-use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 
 /// Walks forward from ticket `from` over final tickets and grants the first one that is not:
 ///
@@ -14,23 +15,21 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release};
 ///   free of system calls);
 /// * a ticket already `Ready`, `Granted` or `Held` means someone else advanced: stop.
 ///
+/// In each case `head` is raised to that ticket. A slot reused by a later granted ticket is a
+/// jump ([`crate::core::frontier`]), so a stale `from` costs about `N` steps.
+///
 /// Tickets before `from` must all be final. `died` says the ticket before `from` was not
 /// released normally; it is carried over `Revoked` tickets (and skipped grants that carried
 /// it) and cleared by `Done`, and ends up in the granted word so the next holder learns it.
 #[inline(never)]
 pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool) {
     let mut h = from;
-    let mut steps: u64 = 0;
-    loop {
-        // A consistent file never has more than `next_ticket - from` final tickets in a row,
-        // and in practice far fewer than `MAX_WALK`; a corrupt file must not keep us here.
-        if steps > MAX_WALK {
-            return;
-        }
+    for _ in 0..MAX_STEPS {
         let slot = st.slot(h);
         let lap = st.lap(h);
-        // Acquire: pairs with the Release CAS that made this word final (a release, abandon,
-        // skip or revoke), so the grant we make below carries the previous critical section.
+        // Acquire: pairs with the Release CAS (or store) that made this word final (a release,
+        // abandon, skip or revoke), so the grant we make below carries the previous critical
+        // section.
         let w = Word(slot.word.load(Acquire));
         let Some(state) = w.state() else { return };
         match relate(w.lap(), lap) {
@@ -38,24 +37,18 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                 State::Done => {
                     died = false;
                     h = h.wrapping_add(1);
-                    steps += 1;
                 }
-                State::Abandoned => {
-                    h = h.wrapping_add(1);
-                    steps += 1;
-                }
+                State::Abandoned => h = h.wrapping_add(1),
                 State::Skipped | State::Revoked => {
                     died |= state == State::Revoked || w.died();
                     h = h.wrapping_add(1);
-                    steps += 1;
                 }
                 State::Waiting | State::Sleeping => {
-                    let granted = Word::new(lap, w.participant(), State::Granted, died);
+                    // The leased flag stays: it binds the lease field to this ticket.
+                    let granted = w.with_state(State::Granted).with_died(died);
                     if cas(slot, w, granted) {
-                        // Release: pairs with the Acquire load in `publish`: everything this walk read
-                        // (the final words it passed) happens-before a taker reuses those slots.
-                        // Before the wake: the woken holder may release and store a later head.
-                        st.header().head.store(h, Release);
+                        // Before the wake: the woken holder may release and raise it further.
+                        raise_head(st, h);
                         crate::crash_point!("advance.granted");
                         if state == State::Sleeping {
                             p.wake(&slot.word);
@@ -64,18 +57,20 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                         return;
                     }
                 }
-                State::Ready | State::Granted | State::Held => return,
+                State::Ready | State::Granted | State::Held => {
+                    raise_head(st, h);
+                    return;
+                }
             },
             LapRelation::Previous if state.is_final() => {
                 if pregrant(st, slot, w, h, died) {
+                    raise_head(st, h);
                     return;
                 }
             }
-            // Final tickets whose slot a later lap already reuses.
-            LapRelation::Later => {
-                h = h.wrapping_add(1);
-                steps += 1;
-            }
+            // A final ticket whose slot a later lap already reuses: jump if that one was
+            // granted, else step.
+            LapRelation::Later => h = step_over_later(st, h, w, None),
             // The previous lap still uses the slot although every ticket before `h` is final,
             // or the slot is laps behind: only a corrupt file does that. Leave it.
             LapRelation::Previous | LapRelation::Behind => return,
@@ -95,7 +90,8 @@ pub fn pass_on<P: Platform>(st: &LockState<'_>, p: &P, from: u64) {
 /// The first step of `advance(from, died = false)` when nobody has published ticket `from`
 /// yet (its slot still shows the previous lap, final): it is pre-granted `Ready` and the walk
 /// ends. False if that is not the case (or the CAS lost to the taker publishing): the caller
-/// then runs the full [`advance`].
+/// then runs the full [`advance`]. This is the uncontended release's one read-modify-write
+/// besides its store; it leaves `head` alone (see [`crate::core::frontier`]).
 #[inline(always)]
 pub fn try_pregrant(st: &LockState<'_>, from: u64) -> bool {
     let slot = st.slot(from);
@@ -108,23 +104,15 @@ pub fn try_pregrant(st: &LockState<'_>, from: u64) -> bool {
 }
 
 /// Grants ticket `h` in advance: its slot still shows `prev`, the previous lap's final word.
-/// True if our CAS made it `Ready` (then `head` is `h`); false if someone else changed it.
+/// True if our CAS made it `Ready`; false if someone else changed it.
 #[inline(always)]
 fn pregrant(st: &LockState<'_>, slot: &Slot, prev: Word, h: u64, died: bool) -> bool {
     if !cas(slot, prev, Word::new(st.lap(h), 0, State::Ready, died)) {
         return false;
     }
     crate::crash_point!("advance.ready");
-    // Release: pairs with the Acquire load in `publish`: everything this walk read (the final
-    // words it passed) happens-before a taker reuses those slots.
-    st.header().head.store(h, Release);
     true
 }
-
-/// The longest run of final tickets a walk follows (2^22). Only a corrupt file, or a `head`
-/// hint left millions of tickets behind by a process paused between a grant and its hint
-/// store (rewritten by the next grant), comes near it.
-pub(crate) const MAX_WALK: u64 = 1 << 22;
 
 /// The grant CAS. `AcqRel`: release publishes the critical section we acquired from the
 /// previous word to whoever reads the new word; acquire keeps the chain when a helper grants.

@@ -1,12 +1,14 @@
-//! What the holder does with its grant: release it, check it, extend its lease.
+//! What the holder does with its grant: release it, check it, or give it up as dead. (Lease
+//! extension is in [`crate::core::leasing`].)
 
 use super::advance::{advance, cas, pass_on, try_pregrant};
 use super::layout::{LockState, Slot};
 use super::lease::Lease;
+use super::leasing::{finish_revocation, lease_of, revoked};
 use super::platform::Platform;
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Lost};
-use crate::primitive::Ordering::{AcqRel, Acquire, Release};
+use crate::primitive::Ordering::{Acquire, Release};
 
 /// Our slot word if ticket `t` is still held by participant `participant`.
 #[inline]
@@ -37,17 +39,17 @@ pub fn release<P: Platform>(
         };
     }
     crate::crash_point!("release.start");
-    let Some((slot, w)) = held_word(st, t, participant) else {
+    let Some((slot, w, f)) = lease_of(st, t, State::Held, participant) else {
         advance(st, p, t, false);
         return Err(Lost);
     };
-    if Lease::decode(slot.lease.load(Acquire), st.lap(t)) == Lease::Revoked {
+    if f.lease() == Lease::Revoked {
         // A takeover revoked the lease and has yet to revoke the word: finish it for them.
         finish_revocation(st, p, t);
         return Err(Lost);
     }
-    // Release: as in `release_unleased_fast`. On failure a revocation (lease takeover) won
-    // the race; follow it.
+    // Release: as in `release_unleased_fast`. A CAS, not a store: a takeover may race us; if
+    // its word CAS came first we lost, if ours did the takeover's fails and it just advances.
     if slot
         .word
         .compare_exchange(w.0, w.with_state(State::Done).0, Release, Acquire)
@@ -71,8 +73,9 @@ pub fn release_unleased_fast(st: &LockState<'_>, t: u64, participant: u32) -> Op
     crate::crash_point!("release.start");
     let (slot, w) = held_word(st, t, participant)?;
     // Without a lease nobody else writes a Held word while its owner lives (revocation needs
-    // the owner dead), so a store suffices. Release: publishes our critical section to the
-    // Acquire load of whoever advances next.
+    // the owner dead: its beacon free, or its own thread exiting or panicking), so a store
+    // suffices. Release: publishes our critical section to the Acquire load of whoever
+    // advances next.
     slot.word.store(w.with_state(State::Done).0, Release);
     crate::crash_point!("release.done");
     Some(try_pregrant(st, t.wrapping_add(1)))
@@ -106,70 +109,32 @@ pub fn check<P: Platform>(
     g: &Grant,
     participant: u32,
 ) -> Result<(), Lost> {
-    let Some((slot, _)) = held_word(st, g.ticket, participant) else {
-        return Err(Lost);
-    };
-    if Lease::decode(slot.lease.load(Acquire), st.lap(g.ticket)) == Lease::Revoked {
-        finish_revocation(st, p, g.ticket);
-        return Err(Lost);
+    if !g.leased {
+        return held_word(st, g.ticket, participant).map(|_| ()).ok_or(Lost);
     }
-    Ok(())
+    match revoked(st, g.ticket, participant) {
+        Some(false) => Ok(()),
+        Some(true) => {
+            finish_revocation(st, p, g.ticket);
+            Err(Lost)
+        }
+        None => Err(Lost),
+    }
 }
 
-/// Sets the lease of our grant to end `ms` milliseconds from now. Decided against a takeover
-/// by one CAS on the lease field: if the takeover's CAS came first we get `Err(Lost)`, else
-/// the takeover's fails and it sees the new deadline.
-pub fn extend<P: Platform>(
+/// The holder gives the lock up without having released it normally (its thread exited while
+/// holding, or panicked): the word becomes `Revoked`, and the next holder is told the owner
+/// died. `Err(Lost)` if it was no longer ours.
+pub fn revoke_own<P: Platform>(
     st: &LockState<'_>,
     p: &P,
     g: &Grant,
     participant: u32,
-    ms: u64,
 ) -> Result<(), Lost> {
-    let t = g.ticket;
-    let lap = st.lap(t);
-    let Some((slot, _)) = held_word(st, t, participant) else {
-        return Err(Lost);
+    let r = match held_word(st, g.ticket, participant) {
+        Some((slot, w)) if cas(slot, w, w.with_state(State::Revoked)) => Ok(()),
+        _ => Err(Lost),
     };
-    let new = Lease::Until(p.now_ns() / 1_000_000 + ms).encode(lap);
-    let mut cur = slot.lease.load(Acquire);
-    loop {
-        if Lease::decode(cur, lap) == Lease::Revoked {
-            finish_revocation(st, p, t);
-            return Err(Lost);
-        }
-        // AcqRel: the takeover CASes the same field; exactly one of us wins.
-        match slot.lease.compare_exchange(cur, new, AcqRel, Acquire) {
-            Ok(_) => break,
-            Err(now) => cur = now,
-        }
-    }
-    crate::crash_point!("extend.written");
-    // The word can only have left `Held` through a revocation, which starts on this field
-    // (lease takeover) or judges us dead (impossible while we run).
-    held_word(st, t, participant).map(|_| ()).ok_or(Lost)
-}
-
-/// The holder gives the lock up without having released it normally (its thread exited while
-/// holding): the word becomes `Revoked`, and the next holder is told the owner died.
-pub fn revoke_own<P: Platform>(st: &LockState<'_>, p: &P, g: &Grant, participant: u32) {
-    if let Some((slot, w)) = held_word(st, g.ticket, participant) {
-        cas(slot, w, w.with_state(State::Revoked));
-    }
     advance(st, p, g.ticket, false);
-}
-
-/// Someone revoked ticket `t`'s lease: make sure its word says `Revoked` too and move on.
-pub(crate) fn finish_revocation<P: Platform>(st: &LockState<'_>, p: &P, t: u64) {
-    let slot = st.slot(t);
-    let lap = st.lap(t);
-    // Acquire: see `advance`.
-    let w = Word(slot.word.load(Acquire));
-    if relate(w.lap(), lap) == LapRelation::Same
-        && w.state() == Some(State::Held)
-        && Lease::decode(slot.lease.load(Acquire), lap) == Lease::Revoked
-    {
-        cas(slot, w, w.with_state(State::Revoked));
-    }
-    advance(st, p, t, false);
+    r
 }

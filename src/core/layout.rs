@@ -69,8 +69,10 @@ pub struct Participant {
     pub reserved0: AtomicU32,
     /// Wall-clock seconds when the entry was claimed (informational).
     pub claimed_at: AtomicU64,
-    /// Reserved, zero.
-    pub reserved1: AtomicU64,
+    /// The `CLOCK_MONOTONIC` millisecond at which the lease of the ticket this process holds
+    /// (with a `Leased` lease field) ends. Written only by the process owning the entry, under
+    /// its own lock, before the lease-field CAS that publishes it (see [`crate::core::lease`]).
+    pub lease_deadline_ms: AtomicU64,
 }
 
 /// One waiting-array slot, used by tickets `t ≡ i (mod N)` one lap after another.
@@ -116,6 +118,8 @@ const _: () = {
     assert!(offset_of!(Header, head) == 128);
     assert!(size_of::<Participant>() == PARTICIPANT_SIZE);
     assert!(offset_of!(Participant, pid) == 8);
+    assert!(offset_of!(Participant, claimed_at) == 16);
+    assert!(offset_of!(Participant, lease_deadline_ms) == 24);
     assert!(size_of::<Slot>() == SLOT_SIZE);
     assert!(offset_of!(Slot, word) == 0);
     assert!(offset_of!(Slot, lease) == 8);
@@ -241,6 +245,12 @@ impl<'a> LockState<'a> {
         crate::core::word::lap_of(t, self.shift)
     }
 
+    /// `log2(N)`.
+    #[inline]
+    pub fn slot_shift(&self) -> u32 {
+        self.shift
+    }
+
     /// `N`.
     #[inline]
     pub fn slot_count(&self) -> u64 {
@@ -295,7 +305,7 @@ impl Participant {
             pid: AtomicU32::new(0),
             reserved0: AtomicU32::new(0),
             claimed_at: AtomicU64::new(0),
-            reserved1: AtomicU64::new(0),
+            lease_deadline_ms: AtomicU64::new(0),
         }
     }
 }

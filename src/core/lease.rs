@@ -1,72 +1,123 @@
-//! The lease field of a slot: whether the ticket's holder has a lease, and until when.
+//! The lease field of a slot and the lease deadline of a participant: how they are encoded.
+//! (What is done with them — announcing, committing, extending, taking over — is in
+//! [`crate::core::leasing`].)
 //!
-//! | bits   | field     | meaning                                                   |
-//! |--------|-----------|-----------------------------------------------------------|
-//! | 0..41  | `value`   | milliseconds: a duration if `pending`, else a deadline    |
-//! | 41     | `pending` | the taker asked for a lease but has not claimed yet       |
-//! | 42..64 | `lap`     | low 22 bits of the lap of the ticket the value belongs to |
+//! # The lease field (`Slot::lease`, 64 bits)
 //!
-//! `value == 0` (not pending) means "no lease"; `value == VALUE_MASK` (not pending) means the
-//! lease was revoked (taken over). The lap bits make every write conditional on the slot still
-//! belonging to the writer's ticket: writers use compare-and-swap with the value they read, so
-//! a stalled holder of an earlier lap can never overwrite a later ticket's lease.
+//! | bits   | field     | meaning                                                          |
+//! |--------|-----------|------------------------------------------------------------------|
+//! | 0..18  | `data`    | `Pending`: the lease's duration, [`duration_code`]; otherwise 0  |
+//! | 18..20 | `kind`    | 0 `None`, 1 `Pending`, 2 `Leased`, 3 `Revoked`                   |
+//! | 20..64 | `version` | bumped by every write (modulo 2^44)                              |
 //!
-//! Deadlines are `CLOCK_MONOTONIC` milliseconds, so every process sharing a leased lock must be
-//! in the same time namespace (documented in DESIGN.md). A *pending* lease carries a duration
-//! instead: an observer that sees a holder whose lease is still pending times the duration from
-//! when it first saw it, which is never earlier than the real grant.
+//! Every write is a compare-and-swap from the value the writer read, to a value whose
+//! `version` is one more. A value therefore never comes back (that would take 2^44 writes to
+//! one slot), so a writer that stalled between its read and its CAS — for any time, while the
+//! slot moved on by any number of laps — always fails its CAS. (An earlier encoding kept 22 lap
+//! bits next to a 41-bit deadline; a holder paused for 2^22 laps of a 2-slot array, about
+//! 0.1 s of uncontended use, could find the very value it had read and overwrite a later
+//! ticket's lease.)
+//!
+//! The field says nothing about which ticket it belongs to: the slot word does. A word with
+//! the `leased` flag tells that its owner announced its lease in this field before publishing
+//! the word, so the field belongs to that word's ticket; a word without it means the field is
+//! stale and to be ignored.
+//!
+//! # The deadline (`Participant::lease_deadline_ms`, 64 bits)
+//!
+//! The deadline of a `Leased` holder does not fit next to a 44-bit version, so it lives in the
+//! holder's participant entry: `CLOCK_MONOTONIC` milliseconds. Only the process that owns the
+//! entry writes it, always under a lock of its own (so two of its threads never interleave),
+//! and always before the CAS that publishes it (`Pending → Leased`, or `Leased → Leased` with
+//! a new version). A process holds at most one ticket of a lock at a time, so the entry's
+//! deadline is the deadline of whichever ticket that process holds with `Leased`.
+//!
+//! Deadlines are `CLOCK_MONOTONIC`, so every process sharing a leased lock must be in the same
+//! time namespace (documented in DESIGN.md).
 
-const VALUE_BITS: u32 = 41;
-const VALUE_MASK: u64 = (1 << VALUE_BITS) - 1;
-const PENDING_BIT: u64 = 1 << VALUE_BITS;
-const LAP_SHIFT: u32 = 42;
-const LAP_MASK: u64 = (1 << 22) - 1;
+const DATA_BITS: u32 = 18;
+const DATA_MASK: u64 = (1 << DATA_BITS) - 1;
+const KIND_SHIFT: u32 = DATA_BITS;
+const KIND_MASK: u64 = 0b11;
+const VERSION_SHIFT: u32 = 20;
+const VERSION_MASK: u64 = (1 << 44) - 1;
 
-/// What a lease field says about the ticket of lap `lap`.
+/// What a lease field says about the ticket whose (`leased`) word names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lease {
-    /// The field belongs to another lap: nothing is known for this ticket yet.
-    Unwritten,
-    /// No lease: the holder keeps the lock until it releases or dies.
+    /// No lease announced.
     None,
-    /// The taker asked for a lease of this many milliseconds; not claimed yet.
+    /// The owner announced a lease of at least this many milliseconds and has not committed a
+    /// deadline yet (it is waiting, or claimed a moment ago). An observer times it from when it
+    /// first saw it, which is never earlier than the grant.
     Pending(u64),
-    /// The lease ends at this `CLOCK_MONOTONIC` millisecond.
-    Until(u64),
-    /// The lease was revoked: the holder was taken over.
+    /// The lease runs until the deadline in the owner's participant entry.
+    Leased,
+    /// The lease was revoked: the ticket was taken over.
     Revoked,
 }
 
-impl Lease {
-    /// Encodes `self` for the ticket of lap `lap`. `Unwritten` encodes as `None`.
+/// A raw lease field value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct LeaseField(pub u64);
+
+impl LeaseField {
+    /// What it says.
     #[inline]
-    pub fn encode(self, lap: u64) -> u64 {
-        let l = (lap & LAP_MASK) << LAP_SHIFT;
-        l | match self {
-            Lease::Unwritten | Lease::None => 0,
-            Lease::Pending(ms) => PENDING_BIT | ms.clamp(1, VALUE_MASK - 1),
-            Lease::Until(ms) => ms.clamp(1, VALUE_MASK - 1),
-            Lease::Revoked => VALUE_MASK,
+    pub fn lease(self) -> Lease {
+        match (self.0 >> KIND_SHIFT) & KIND_MASK {
+            0 => Lease::None,
+            1 => Lease::Pending(decode_duration(self.0 & DATA_MASK)),
+            2 => Lease::Leased,
+            _ => Lease::Revoked,
         }
     }
 
-    /// Decodes a lease field for the ticket of lap `lap`.
+    /// The version (modulo 2^44).
     #[inline]
-    pub fn decode(raw: u64, lap: u64) -> Lease {
-        if (raw >> LAP_SHIFT) & LAP_MASK != lap & LAP_MASK {
-            return Lease::Unwritten;
-        }
-        let value = raw & VALUE_MASK;
-        if raw & PENDING_BIT != 0 {
-            Lease::Pending(value)
-        } else if value == 0 {
-            Lease::None
-        } else if value == VALUE_MASK {
-            Lease::Revoked
-        } else {
-            Lease::Until(value)
-        }
+    pub fn version(self) -> u64 {
+        self.0 >> VERSION_SHIFT
     }
+
+    /// The value that replaces `self` to say `lease`: the next version.
+    #[inline]
+    pub fn next(self, lease: Lease) -> LeaseField {
+        let (kind, data) = match lease {
+            Lease::None => (0, 0),
+            Lease::Pending(ms) => (1, duration_code(ms)),
+            Lease::Leased => (2, 0),
+            Lease::Revoked => (3, 0),
+        };
+        let version = self.version().wrapping_add(1) & VERSION_MASK;
+        LeaseField((version << VERSION_SHIFT) | (kind << KIND_SHIFT) | data)
+    }
+}
+
+impl core::fmt::Debug for LeaseField {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "LeaseField(v{}, {:?})", self.version(), self.lease())
+    }
+}
+
+const MANTISSA_BITS: u32 = 13;
+const MANTISSA_MASK: u64 = (1 << MANTISSA_BITS) - 1;
+
+/// A lease duration in 18 bits: 5 bits of exponent, 13 of mantissa, `ms = m << e`, **rounded
+/// up** (an observer must never take a pending lease over early). Exact below 8192 ms; within
+/// 0.025 % above; up to 2^44 ms, more than the longest lease the API accepts (2^41 ms).
+pub fn duration_code(ms: u64) -> u64 {
+    let ms = ms.clamp(1, MANTISSA_MASK << 31);
+    let mut e = 0u32;
+    while (ms.div_ceil(1 << e)) > MANTISSA_MASK {
+        e += 1;
+    }
+    (u64::from(e) << MANTISSA_BITS) | ms.div_ceil(1 << e)
+}
+
+/// The duration a [`duration_code`] stands for (never less than the one encoded).
+pub fn decode_duration(code: u64) -> u64 {
+    let e = (code >> MANTISSA_BITS) & 0x1F;
+    (code & MANTISSA_MASK) << e
 }
 
 #[cfg(test)]
@@ -74,18 +125,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trip() {
-        for lap in [1u64, 7, (1 << 22) - 1, 1 << 22, 123_456_789] {
-            for l in [
-                Lease::None,
-                Lease::Pending(1500),
-                Lease::Until(987_654_321),
-                Lease::Revoked,
-            ] {
-                assert_eq!(Lease::decode(l.encode(lap), lap), l);
-                assert_eq!(Lease::decode(l.encode(lap), lap + 1), Lease::Unwritten);
-            }
+    fn kinds_round_trip_and_versions_rise() {
+        let mut f = LeaseField(0);
+        assert_eq!(f.lease(), Lease::None);
+        for l in [
+            Lease::Pending(1500),
+            Lease::Leased,
+            Lease::Leased,
+            Lease::Revoked,
+            Lease::None,
+        ] {
+            let n = f.next(l);
+            assert_eq!(n.lease(), l);
+            assert_eq!(n.version(), f.version() + 1);
+            assert_ne!(n, f);
+            f = n;
         }
-        assert_eq!(Lease::decode(0, 1), Lease::Unwritten);
+        // The version wraps after 2^44 writes, never sooner.
+        let top = LeaseField(VERSION_MASK << VERSION_SHIFT);
+        assert_eq!(top.next(Lease::Leased).version(), 0);
+    }
+
+    #[test]
+    fn durations_round_up_never_down() {
+        for ms in [
+            1u64,
+            2,
+            60,
+            8191,
+            8192,
+            8193,
+            60_000,
+            3_600_000,
+            123_456_789,
+            (1 << 41) - 2,
+        ] {
+            let d = decode_duration(duration_code(ms));
+            assert!(d >= ms, "{ms} ms decoded as {d}");
+            assert!(
+                d - ms <= ms / 4096 + 1,
+                "{ms} ms decoded as {d}: too coarse"
+            );
+            assert!(duration_code(ms) <= DATA_MASK);
+        }
+        assert_eq!(decode_duration(duration_code(60)), 60);
     }
 }

@@ -45,11 +45,16 @@
 //!   for a decision.
 
 pub mod advance;
+pub mod claim;
+pub mod cleanup;
+pub mod frontier;
 pub mod holder;
 pub mod layout;
 pub mod lease;
+pub mod leasing;
 pub mod model;
 pub mod platform;
+pub mod publish;
 pub mod recover;
 pub mod wait;
 pub mod word;
@@ -58,12 +63,15 @@ pub mod word;
 mod tests;
 
 pub use advance::advance;
-pub use holder::{
-    check, extend, finish_unleased_release, release, release_unleased_fast, revoke_own,
-};
+pub use claim::{Claim, claim_granted, claim_ready};
+pub use cleanup::clean_up_participant;
+pub use holder::{check, finish_unleased_release, release, release_unleased_fast, revoke_own};
 pub use layout::{Geometry, LockState, OwnedState};
+pub use leasing::extend;
 pub use platform::{Liveness, Platform, Tuning};
-pub use wait::{claim_ready, lock, lock_contended, try_lock};
+pub use publish::{Published, publish};
+pub use recover::{Ahead, Watch, recover};
+pub use wait::{lock, lock_contended, try_lock};
 pub use word::{State, Word};
 
 /// Who is taking a ticket.

@@ -37,6 +37,12 @@ pub trait Platform {
     /// Whether participant `index` is alive. `index` comes from the shared file and may be
     /// anything; implementations must not trust it.
     fn liveness(&self, index: u32) -> Liveness;
+
+    /// Runs `f` under this process's lock for writing its participant entry's lease deadline
+    /// (see [`crate::core::lease`]): two threads of one process never interleave their
+    /// check-then-write of it. A lock of the process, never of the file: no other process
+    /// needs it, and a process stopped while holding it stops only itself.
+    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R;
 }
 
 /// Timing parameters of the waiting strategy.

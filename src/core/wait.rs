@@ -1,23 +1,29 @@
-//! Taking a ticket, publishing it, and waiting for the grant.
+//! Acquiring: take a ticket, publish it, spin or park until the grant, claim it — and the
+//! non-waiting forms (`try_lock`, a deadline already past), which recover what is stuck ahead
+//! before they answer.
 
-use super::advance::{advance, cas};
+use super::advance::cas;
+use super::claim::{Claim, claim_granted, claim_ready, stamp_since};
 use super::layout::{LockState, Slot};
-use super::lease::Lease;
 use super::platform::{Platform, Tuning};
-use super::recover::{Watch, recover};
+use super::publish::{Published, publish};
+use super::recover::{Ahead, Watch, recover};
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
-use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
+use crate::primitive::Ordering::Relaxed;
 use crate::primitive::spin_step;
 
 /// How many times in a row a waiter may find its ticket skipped before we call the file
 /// corrupt. A live waiter is skipped only when it stalls for longer than the grace between
-/// taking its ticket and publishing it, so a handful of retries is already extraordinary.
+/// taking its ticket and publishing it (or, with a lease, between its grant and its claim),
+/// so a handful of retries is already extraordinary.
 const MAX_RETAKES: u32 = 1000;
 
 /// Acquires the lock: takes a ticket and waits for its grant, until `deadline` (on
 /// [`Platform::now_ns`]'s clock) if given. A waiter that times out gives its ticket up, so
-/// nobody behind it waits for it; a grant that races the timeout wins.
+/// nobody behind it waits for it; a grant that races the timeout wins. Before it gives up,
+/// it recovers what is stuck ahead (a dead holder, a dead grantee, a pre-grant nobody claims),
+/// so even a deadline already past gets a lock that only the dead were keeping.
 #[inline(always)]
 pub fn lock<P: Platform>(
     st: &LockState<'_>,
@@ -37,32 +43,6 @@ pub fn lock<P: Platform>(
     lock_contended(st, p, me, deadline, tuning, t)
 }
 
-/// The uncontended path, for a participant that asks for no lease (the caller checks): our
-/// ticket was granted in advance with no died flag. One CAS, expecting exactly that `Ready`
-/// word, claims it. `None` sends the caller to [`lock_contended`] with the same ticket.
-#[inline(always)]
-pub fn claim_ready(st: &LockState<'_>, t: u64, participant: u32) -> Option<Grant> {
-    let slot = st.slot(t);
-    let lap = st.lap(t);
-    let ready = Word::new(lap, 0, State::Ready, false);
-    let held = Word::new(lap, participant, State::Held, false);
-    // AcqRel/Acquire: as the claim in `publish` (pairs with the grant's Release).
-    slot.word
-        .compare_exchange(ready.0, held.0, AcqRel, Acquire)
-        .ok()?;
-    crate::crash_point!("acquire.claimed");
-    // Not a CAS: see `claimed`.
-    slot.lease.store(Lease::None.encode(lap), Relaxed);
-    // The informational fields (thread, since when) are left alone here: even the coarse
-    // clock would cost a fifth of the uncontended path. `status` shows them only when `stamp`
-    // names this ticket; a holder that wants them shown calls `LockGuard::stamp_time`.
-    Some(Grant {
-        ticket: t,
-        died: false,
-        leased: false,
-    })
-}
-
 /// The rest of [`lock`] once the fast claim of ticket `first` failed: publish, wait, claim.
 #[cold]
 #[inline(never)]
@@ -75,14 +55,15 @@ pub fn lock_contended<P: Platform>(
     first: u64,
 ) -> Result<Grant, WaitError> {
     let mut t = first;
+    let mut watch = Watch::default();
     for _ in 0..MAX_RETAKES {
-        match publish(st, p, t, me, deadline)? {
+        match publish(st, p, t, me, deadline, tuning, &mut watch)? {
             Published::Held(g) => return Ok(g),
             // Our ticket is gone (we stalled past the grace, or our pending lease was revoked):
             // queue again with a new ticket, below. (Retrying the old one was a bug.)
             Published::Skipped => {}
             Published::Waiting(w) => {
-                if let Some(g) = wait_for_grant(st, p, t, w, me, deadline, tuning)? {
+                if let Some(g) = wait_for_grant(st, p, t, w, me, deadline, tuning, &mut watch)? {
                     return Ok(g);
                 }
             }
@@ -93,26 +74,62 @@ pub fn lock_contended<P: Platform>(
     Err(WaitError::Corrupt("our ticket was skipped over and over"))
 }
 
-/// Takes the lock only if it is free and nobody is queued: then the next ticket's slot is
+/// How many recover-and-look rounds `try_lock` makes when a round found the way clear but the
+/// next ticket not (yet) granted in advance — someone else's ticket raced ours.
+const TRY_ROUNDS: u32 = 8;
+
+/// Takes the lock only if nobody live holds it or waits for it: then the next ticket's slot is
 /// `Ready`, and we take that ticket with a CAS on `next_ticket` (never joining the queue).
+///
+/// Before it answers "busy" it recovers what only the dead are keeping: a dead holder is
+/// revoked, a dead waiter or grantee skipped, an expired lease taken over. A pre-grant that its
+/// taker has not claimed yet is waited for — the taker claims within nanoseconds, or it died
+/// between taking its ticket and claiming it — for at most the grace, after which it is skipped.
 pub fn try_lock<P: Platform>(
     st: &LockState<'_>,
     p: &P,
     me: &Me,
+    tuning: &Tuning,
 ) -> Result<Option<Grant>, WaitError> {
     let hdr = st.header();
-    let t = hdr.next_ticket.load(Relaxed);
-    // Relaxed: only a pre-check; `publish` re-reads with Acquire before claiming.
-    let w = Word(st.slot(t).word.load(Relaxed));
-    if relate(w.lap(), st.lap(t)) != LapRelation::Same || w.state() != Some(State::Ready) {
-        return Ok(None);
+    let mut watch = Watch::default();
+    let mut rounds = 0;
+    loop {
+        let t = hdr.next_ticket.load(Relaxed);
+        // Relaxed: only a pre-check; the claim re-reads with Acquire.
+        let w = Word(st.slot(t).word.load(Relaxed));
+        if relate(w.lap(), st.lap(t)) == LapRelation::Same && w.state() == Some(State::Ready) {
+            return take_free_ticket(st, p, t, me, tuning, &mut watch);
+        }
+        match recover(st, p, t, &mut watch, tuning) {
+            Ahead::Busy => return Ok(None),
+            Ahead::Clear => {
+                rounds += 1;
+                if rounds > TRY_ROUNDS {
+                    return Ok(None);
+                }
+            }
+            Ahead::Unclaimed(_) => p.pause(Some(p.now_ns().saturating_add(100_000))),
+        }
     }
-    if hdr
+}
+
+/// `try_lock` found ticket `t` pre-granted: take it (CAS on `next_ticket`) and claim it.
+fn take_free_ticket<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    t: u64,
+    me: &Me,
+    tuning: &Tuning,
+    watch: &mut Watch,
+) -> Result<Option<Grant>, WaitError> {
+    if st
+        .header()
         .next_ticket
         .compare_exchange(t, t.wrapping_add(1), Relaxed, Relaxed)
         .is_err()
     {
-        return Ok(None);
+        return Ok(None); // someone took it first: they are ahead of us
     }
     crate::crash_point!("acquire.ticket_taken");
     if me.lease_ms.is_none()
@@ -121,7 +138,7 @@ pub fn try_lock<P: Platform>(
         return Ok(Some(g));
     }
     // Ticket `t` is ours and was Ready: only we can claim it (or a grace skip, if we stall).
-    match publish(st, p, t, me, Some(0))? {
+    match publish(st, p, t, me, Some(0), tuning, watch)? {
         Published::Held(g) => Ok(Some(g)),
         Published::Skipped => Ok(None),
         Published::Waiting(w) => {
@@ -135,110 +152,8 @@ pub fn try_lock<P: Platform>(
     }
 }
 
-enum Published {
-    /// The ticket was pre-granted and we claimed it.
-    Held(Grant),
-    /// We are a published waiter; the word is our `Waiting` value.
-    Waiting(Word),
-    /// Our ticket was skipped (we stalled past the grace before publishing): take another.
-    Skipped,
-}
-
-/// Publishes ticket `t` in its slot, or claims it if it was granted in advance.
-fn publish<P: Platform>(
-    st: &LockState<'_>,
-    p: &P,
-    t: u64,
-    me: &Me,
-    deadline: Option<u64>,
-) -> Result<Published, WaitError> {
-    let slot = st.slot(t);
-    let lap = st.lap(t);
-    loop {
-        // Acquire: pairs with the Release CAS that made the slot Ready (the grant) or final
-        // (the previous lap), so we see the previous holder's writes.
-        let w = Word(slot.word.load(Acquire));
-        // Read with the word: if the slot moves on while we stall, this value is stale and our
-        // one CAS on the lease field below fails instead of overwriting a later ticket's lease.
-        let lease_raw = slot.lease.load(Acquire);
-        let state = w
-            .state()
-            .ok_or(WaitError::Corrupt("slot word has an unknown state"))?;
-        match relate(w.lap(), lap) {
-            LapRelation::Same => match state {
-                State::Ready => {
-                    if !announce_lease(slot, lap, lease_raw, me) {
-                        continue;
-                    }
-                    let held = Word::new(lap, me.participant, State::Held, w.died());
-                    if cas(slot, w, held) {
-                        crate::crash_point!("acquire.claimed");
-                        return Ok(match claimed(st, p, slot, t, me) {
-                            true => Published::Held(Grant {
-                                ticket: t,
-                                died: w.died(),
-                                leased: me.lease_ms.is_some(),
-                            }),
-                            false => Published::Skipped,
-                        });
-                    }
-                }
-                State::Skipped => return Ok(Published::Skipped),
-                _ => return Err(WaitError::Corrupt("another owner published our ticket")),
-            },
-            LapRelation::Previous if state.is_final() && may_reuse(st, p, t, w) => {
-                if !announce_lease(slot, lap, lease_raw, me) {
-                    continue;
-                }
-                crate::crash_point!("acquire.lease_announced");
-                let waiting = Word::new(lap, me.participant, State::Waiting, false);
-                if cas(slot, w, waiting) {
-                    crate::crash_point!("acquire.published");
-                    stamp_owner(slot, t, me);
-                    stamp_since(p, slot);
-                    return Ok(Published::Waiting(waiting));
-                }
-            }
-            LapRelation::Previous | LapRelation::Behind => {
-                // More than N tickets are outstanding and an earlier ticket (t - N, or t - kN
-                // with more than kN outstanding) still uses the slot, or is final but no grant
-                // has passed it yet (see `passed`).
-                // Poll until it is final. If we time out here the ticket stays unpublished and
-                // is skipped after the grace, like the ticket of a taker that died.
-                if deadline.is_some_and(|d| p.now_ns() >= d) {
-                    return Err(WaitError::Timeout);
-                }
-                p.pause(deadline);
-            }
-            LapRelation::Later => return Ok(Published::Skipped),
-        }
-    }
-}
-
-/// Whether ticket `t` may reuse its slot, whose previous user `t - N` is final (`prev`).
-///
-/// A `Revoked` ticket (or a skipped grant that carried the died flag) is what tells the next
-/// holder that the owner died; it must not be overwritten before an `advance` walked over it.
-/// So such a slot is reused only once a grant has passed `t - N` (`head` beyond it); until
-/// then we help: advance from `head` ourselves (which passes it, and may grant us in advance).
-#[inline]
-fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool {
-    let carries_death = prev.state() == Some(State::Revoked)
-        || (prev.state() == Some(State::Skipped) && prev.died());
-    if !carries_death {
-        return true;
-    }
-    // Acquire: pairs with the Release store of `head` in `advance`, which read the previous
-    // lap's final word before publishing a head beyond it.
-    let head = st.header().head.load(Acquire);
-    if t.wrapping_sub(head) < st.slot_count() {
-        return true;
-    }
-    advance(st, p, head, false);
-    false
-}
-
 /// Waits for the grant of our published ticket `t`. `Ok(None)`: the ticket was skipped.
+#[allow(clippy::too_many_arguments)]
 fn wait_for_grant<P: Platform>(
     st: &LockState<'_>,
     p: &P,
@@ -247,54 +162,41 @@ fn wait_for_grant<P: Platform>(
     me: &Me,
     deadline: Option<u64>,
     tuning: &Tuning,
+    watch: &mut Watch,
 ) -> Result<Option<Grant>, WaitError> {
     let slot = st.slot(t);
-    let lap = st.lap(t);
-    let mut watch = Watch::default();
     // Spin when we first find ourselves next in line, and again whenever an advancer nudges
     // us (`Sleeping → Waiting`); not after every timed wake-up.
     let mut may_spin = true;
     let mut head_poll = tuning.head_poll_min_ns / 2;
     let mut last = mine;
+    // The deadline may be pushed back once, by at most the grace, to tell a pre-grant whose
+    // taker is about to claim it from one whose taker died (see `try_lock`).
+    let mut deadline = deadline;
+    let mut recovered_at_deadline = false;
     loop {
-        // Acquire: pairs with the grant CAS (Release), carrying the previous critical section.
-        let w = Word(slot.word.load(Acquire));
-        if relate(w.lap(), lap) != LapRelation::Same || w.participant() != me.participant {
-            return Ok(None);
-        }
-        match w.state() {
-            Some(State::Granted) => {
-                crate::crash_point!("acquire.granted_seen");
-                if cas(slot, w, w.with_state(State::Held)) {
-                    crate::crash_point!("acquire.claimed");
-                    if claimed(st, p, slot, t, me) {
-                        stamp_since(p, slot);
-                        return Ok(Some(Grant {
-                            ticket: t,
-                            died: w.died(),
-                            leased: me.lease_ms.is_some(),
-                        }));
-                    }
-                    return Ok(None);
-                }
-                continue;
+        let w = match claim_granted(st, p, t, me)? {
+            Claim::Held(g) => {
+                stamp_since(p, slot);
+                return Ok(Some(g));
             }
-            Some(State::Waiting) => {
-                if last.state() == Some(State::Sleeping) {
-                    may_spin = true;
-                }
-            }
-            Some(State::Sleeping) => {}
-            Some(State::Skipped) => return Ok(None),
-            _ => {
-                return Err(WaitError::Corrupt(
-                    "our slot changed to an impossible state",
-                ));
-            }
+            Claim::Lost => return Ok(None),
+            Claim::NotGranted(w) => w,
+        };
+        if w.state() == Some(State::Waiting) && last.state() == Some(State::Sleeping) {
+            may_spin = true;
         }
         last = w;
         let now = p.now_ns();
         if deadline.is_some_and(|d| now >= d) {
+            if !recovered_at_deadline {
+                // One last look before giving up: what only the dead keep from us is ours.
+                recovered_at_deadline = true;
+                if let Ahead::Unclaimed(seen) = recover(st, p, t, watch, tuning) {
+                    deadline = Some(now.saturating_add(tuning.grace_ns.saturating_sub(seen)));
+                }
+                continue;
+            }
             // Timeout and grant race on this CAS: if the grant won, we own the lock.
             crate::crash_point!("timeout.abandoning");
             if cas(slot, w, w.with_state(State::Abandoned)) {
@@ -311,7 +213,7 @@ fn wait_for_grant<P: Platform>(
             }
         }
         // Whoever waits behind the holder watches it (and anything dead ahead of us).
-        recover(st, p, t, &mut watch, tuning);
+        recover(st, p, t, watch, tuning);
         // The next in line polls soon after it got there (a young hold is checked often), then
         // less and less often, up to `head_poll_ns`; others rarely.
         let poll = if head {
@@ -372,76 +274,4 @@ fn next_in_line(st: &LockState<'_>, t: u64) -> bool {
         }
     }
     true
-}
-
-/// After our claim CAS: record the lease deadline and the informational fields. False if our
-/// lease was revoked between the claim and now (we then hold nothing and re-queue).
-fn claimed<P: Platform>(st: &LockState<'_>, p: &P, slot: &Slot, t: u64, me: &Me) -> bool {
-    let lap = st.lap(t);
-    match me.lease_ms {
-        None => {
-            // Not a CAS: a holder without a lease is never revoked while alive, so nobody
-            // else writes this field for our lap.
-            slot.lease.store(Lease::None.encode(lap), Relaxed);
-        }
-        Some(ms) => {
-            crate::crash_point!("acquire.lease_pending");
-            let until = p.now_ns() / 1_000_000 + ms;
-            if !stamp_lease(slot, lap, Lease::Until(until)) {
-                super::holder::finish_revocation(st, p, t);
-                return false;
-            }
-        }
-    }
-    stamp_owner(slot, t, me);
-    true
-}
-
-/// Before publishing: a taker that wants a lease announces its duration (`Pending`) with one
-/// CAS from the value read together with the slot word. False if that value changed (re-read).
-fn announce_lease(slot: &Slot, lap: u64, read: u64, me: &Me) -> bool {
-    let Some(ms) = me.lease_ms else { return true };
-    // AcqRel: see `stamp_lease`.
-    slot.lease
-        .compare_exchange(read, Lease::Pending(ms).encode(lap), AcqRel, Acquire)
-        .is_ok()
-}
-
-/// After claiming: writes `lease` for our ticket (lap `lap`) with a CAS loop, unless a takeover
-/// revoked it. Only the takeover races us here; writers from earlier laps fail their CAS because
-/// the lap bits in their expected value are stale.
-fn stamp_lease(slot: &Slot, lap: u64, lease: Lease) -> bool {
-    let new = lease.encode(lap);
-    let mut cur = slot.lease.load(Acquire);
-    loop {
-        if Lease::decode(cur, lap) == Lease::Revoked {
-            return false;
-        }
-        // AcqRel: the takeover CASes the same field; one of us wins.
-        match slot.lease.compare_exchange(cur, new, AcqRel, Acquire) {
-            Ok(_) => return true,
-            Err(now) => cur = now,
-        }
-    }
-}
-
-/// Informational fields for `fairlock status`; Relaxed, never used for decisions.
-#[inline]
-fn stamp_owner(slot: &Slot, t: u64, me: &Me) {
-    slot.tid.store(me.tid, Relaxed);
-    slot.stamp.store(t.wrapping_add(1), Relaxed);
-}
-
-/// When the ticket was published or claimed after waiting (for status).
-fn stamp_since<P: Platform>(p: &P, slot: &Slot) {
-    slot.since.store(p.coarse_now_ns(), Relaxed);
-}
-
-/// Records the holder's thread and "now" for ticket `t` (for status); what the uncontended
-/// path skips. Informational, Relaxed.
-pub fn stamp_holder<P: Platform>(st: &LockState<'_>, p: &P, t: u64, tid: u32) {
-    let slot = st.slot(t);
-    slot.tid.store(tid, Relaxed);
-    slot.since.store(p.coarse_now_ns(), Relaxed);
-    slot.stamp.store(t.wrapping_add(1), Relaxed);
 }

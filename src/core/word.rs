@@ -5,7 +5,8 @@
 //! |--------|---------------|----------------------------------------------------------------|
 //! | 0..4   | `state`       | a [`State`]                                                    |
 //! | 4      | `died`        | the previous holder did not release (died, or lease taken over) |
-//! | 5..8   | —             | zero                                                           |
+//! | 5      | `leased`      | the ticket's owner asked for a lease: the slot's lease field is its own |
+//! | 6..8   | —             | zero                                                           |
 //! | 8..20  | `participant` | index of the process (participant entry) that owns the ticket  |
 //! | 20..64 | `lap`         | `(ticket >> slot_shift) + 1`, modulo 2^44                      |
 //!
@@ -13,6 +14,11 @@
 //! same slot. Because the owner's participant index is part of the word, who owns a ticket is
 //! published in the same compare-and-swap as its state: no field is written before the slot is
 //! ours, so a stalled process can never overwrite a later ticket's identity.
+//!
+//! The `leased` bit binds the slot's lease field to the ticket: the owner announces its lease in
+//! that field *before* it publishes the word with `leased` set, so whoever reads a `leased`
+//! word of lap `L` knows the lease field holds lap `L`'s lease (see [`crate::core::lease`]).
+//! A word without it says the lease field belongs to nobody current and is to be ignored.
 //!
 //! Futex waits use the low 32 bits of the word (little-endian: the first four bytes), which
 //! hold the state, so every state change is visible to `FUTEX_WAIT`.
@@ -93,6 +99,7 @@ impl State {
 
 const STATE_MASK: u64 = 0xF;
 const DIED_BIT: u64 = 1 << 4;
+const LEASED_BIT: u64 = 1 << 5;
 const PARTICIPANT_SHIFT: u32 = 8;
 const PARTICIPANT_BITS: u32 = 12;
 const PARTICIPANT_MASK: u64 = (1 << PARTICIPANT_BITS) - 1;
@@ -147,10 +154,37 @@ impl Word {
         self.0 & DIED_BIT != 0
     }
 
-    /// The same word with another state (lap, participant and died flag kept).
+    /// Whether the ticket's owner asked for a lease (its lease field is this lap's).
+    #[inline]
+    pub fn leased(self) -> bool {
+        self.0 & LEASED_BIT != 0
+    }
+
+    /// The same word with another state (lap, participant, died and leased flags kept).
     #[inline]
     pub fn with_state(self, state: State) -> Word {
         Word((self.0 & !STATE_MASK) | state as u64)
+    }
+
+    /// The same word with the died flag set to `died`.
+    #[inline]
+    pub fn with_died(self, died: bool) -> Word {
+        Word((self.0 & !DIED_BIT) | if died { DIED_BIT } else { 0 })
+    }
+
+    /// The same word with the leased flag set to `leased`.
+    #[inline]
+    pub fn with_leased(self, leased: bool) -> Word {
+        Word((self.0 & !LEASED_BIT) | if leased { LEASED_BIT } else { 0 })
+    }
+
+    /// The same word owned by `participant` (a leased claim of a `Ready` word names its taker).
+    #[inline]
+    pub fn with_participant(self, participant: u32) -> Word {
+        Word(
+            (self.0 & !(PARTICIPANT_MASK << PARTICIPANT_SHIFT))
+                | ((u64::from(participant) & PARTICIPANT_MASK) << PARTICIPANT_SHIFT),
+        )
     }
 
     /// The low 32 bits, the value the futex compares.
@@ -165,11 +199,12 @@ impl core::fmt::Debug for Word {
         match self.state() {
             Some(s) => write!(
                 f,
-                "Word(lap {}, participant {}, {}{})",
+                "Word(lap {}, participant {}, {}{}{})",
                 self.lap(),
                 self.participant(),
                 s.name(),
-                if self.died() { ", died" } else { "" }
+                if self.died() { ", died" } else { "" },
+                if self.leased() { ", leased" } else { "" }
             ),
             None => write!(f, "Word({:#x}: bad state)", self.0),
         }
@@ -221,9 +256,13 @@ mod tests {
         assert_eq!(w.participant(), 4095);
         assert_eq!(w.state(), Some(State::Granted));
         assert!(w.died());
-        let h = w.with_state(State::Held);
+        let h = w.with_state(State::Held).with_leased(true);
         assert_eq!(h.state(), Some(State::Held));
         assert_eq!((h.lap(), h.participant(), h.died()), (w.lap(), 4095, true));
+        assert!(h.leased() && !w.leased());
+        assert!(!h.with_died(false).died() && h.with_died(false).leased());
+        assert_eq!(h.with_participant(7).participant(), 7);
+        assert_eq!(h.with_participant(7).with_participant(4095), h);
         assert_ne!(w.futex_value(), h.futex_value());
     }
 

@@ -30,15 +30,10 @@ pub struct Mapping {
 }
 
 impl Mapping {
-    /// Maps `geometry.file_size` bytes of `file`, writable unless `read_only`.
-    pub fn new(file: &File, geometry: Geometry, read_only: bool) -> io::Result<Mapping> {
-        let mut opts = MmapOptions::new();
-        opts.len(geometry.file_size);
-        let map = if read_only {
-            opts.map_raw_read_only(file)?
-        } else {
-            opts.map_raw(file)?
-        };
+    /// Maps `geometry.file_size` bytes of `file`, shared and writable. (A read-only view is
+    /// another type, [`super::ReadOnlyView`], that hands out no references at all.)
+    pub fn new(file: &File, geometry: Geometry) -> io::Result<Mapping> {
+        let map = MmapOptions::new().len(geometry.file_size).map_raw(file)?;
         Ok(Mapping { map, geometry })
     }
 
@@ -47,7 +42,7 @@ impl Mapping {
         self.geometry
     }
 
-    /// The shared state. For a read-only mapping the caller must only load from it.
+    /// The shared state.
     #[inline]
     pub fn state(&self) -> LockState<'_> {
         let base = self.map.as_ptr();

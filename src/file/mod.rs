@@ -3,9 +3,10 @@
 mod image;
 mod mapping;
 mod open;
+mod readonly;
 mod validate;
 
-pub use image::initial_image;
 pub use mapping::Mapping;
-pub use open::{CreateOptions, Opened, open_lock_file, open_read_only};
+pub use open::{CreateOptions, open_lock_file, open_read_only};
+pub use readonly::ReadOnlyView;
 pub use validate::{Verdict, validate_header};

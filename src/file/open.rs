@@ -9,6 +9,7 @@ use std::path::Path;
 
 use super::image::initial_image;
 use super::mapping::Mapping;
+use super::readonly::ReadOnlyView;
 use super::validate::{Verdict, validate_header};
 use crate::core::Geometry;
 use crate::core::layout::{HEADER_SIZE, MAGIC};
@@ -140,7 +141,7 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
         }
         _ => initialise_locked(&file, path, o, boot)?,
     };
-    let mapping = Mapping::new(&file, geometry, false).map_err(|e| Error::io(path, "mmap", e))?;
+    let mapping = Mapping::new(&file, geometry).map_err(|e| Error::io(path, "mmap", e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
     Ok(Opened {
         file,
@@ -189,7 +190,7 @@ fn initialise_locked(
 }
 
 /// Opens an existing lock file read-only, for inspection. Never writes, never locks.
-pub fn open_read_only(path: &Path) -> Result<Mapping> {
+pub fn open_read_only(path: &Path) -> Result<ReadOnlyView> {
     let o = CreateOptions {
         create: false,
         mode: 0,
@@ -198,5 +199,5 @@ pub fn open_read_only(path: &Path) -> Result<Mapping> {
     };
     let file = open_file(path, &o, true)?;
     let geometry = judge(path, read_verdict(&file, path)?)?;
-    Mapping::new(&file, geometry, true).map_err(|e| Error::io(path, "mmap", e))
+    ReadOnlyView::new(file, geometry).map_err(|e| Error::io(path, "mmap", e))
 }

@@ -104,7 +104,7 @@ pub fn validate_header(head: &[u8], len: u64) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::file::initial_image;
+    use crate::file::image::initial_image;
 
     fn image() -> (Vec<u8>, Geometry) {
         let g = Geometry::new(8, 4).unwrap();

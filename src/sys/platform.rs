@@ -15,6 +15,8 @@ pub struct SysPlatform<'a> {
     pub me: u32,
     /// Number of participant entries in the file.
     pub participants: u32,
+    /// This process's lock for writing its lease deadline into its participant entry.
+    pub lease_lock: &'a std::sync::Mutex<()>,
 }
 
 impl Platform for SysPlatform<'_> {
@@ -52,5 +54,11 @@ impl Platform for SysPlatform<'_> {
             Ok(false) => Liveness::Dead,
             Ok(true) | Err(_) => Liveness::Alive,
         }
+    }
+
+    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
+        // Poisoning cannot leave the deadline half-written (it is one atomic store): go on.
+        let _g = self.lease_lock.lock().unwrap_or_else(|e| e.into_inner());
+        f()
     }
 }

@@ -1,27 +1,98 @@
-//! Thread identity: the kernel thread id, cached per thread, and a fork generation so that a
-//! child process never reuses its parent's cached ids.
+//! Thread and process identity across `fork`: the kernel thread id (cached per thread), a fork
+//! generation so a child never reuses its parent's identity, the process's beacon descriptors
+//! (which a forked child must let go of), and the one lock that `fork` waits for.
+//!
+//! # The fork lock
+//!
+//! A `pthread_atfork` *prepare* handler takes [`ForkGuard`]'s lock and the parent and child
+//! handlers release it, so a `fork` never happens while another thread is inside a section
+//! that holds it. Two kinds of section hold it, both short (no file locks, no waiting):
+//!
+//! * creating a beacon descriptor and registering it in [`BEACON_FDS`] (and unregistering and
+//!   closing one): a fork between the two would give the child an unregistered copy of our
+//!   beacon, which would keep our beacon alive after our death for as long as the child lives;
+//! * the per-process table of open lock files and a handle's list of per-fork views (in
+//!   `src/api`): a fork while another thread held one of those locks left it locked forever in
+//!   the child, whose next `open` then deadlocked.
+//!
+//! The child handler bumps the fork generation and points every registered beacon descriptor
+//! at `/dev/null` (async-signal-safe calls only), then releases the lock.
 
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::sync::Once;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 
 /// Bumped in the child after every `fork` (a `pthread_atfork` child handler).
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
 static INSTALL: Once = Once::new();
 
-extern "C" fn after_fork_in_child() {
-    // Async-signal-safe: atomics, open, dup3, close. Relaxed: the child is single-threaded.
-    FORK_GENERATION.fetch_add(1, Relaxed);
-    drop_inherited_beacons();
+struct ForkLock(UnsafeCell<libc::pthread_mutex_t>);
+
+// SAFETY: the mutex is only ever used through `pthread_mutex_lock`/`unlock`, which are safe to
+// call from any thread on a statically initialised mutex.
+unsafe impl Sync for ForkLock {}
+
+static FORK_LOCK: ForkLock = ForkLock(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER));
+
+fn fork_lock() {
+    // SAFETY: a valid, statically initialised mutex; a default mutex locked by the thread
+    // that unlocks it (or by the forking thread in `prepare` and unlocked by its copy).
+    unsafe { libc::pthread_mutex_lock(FORK_LOCK.0.get()) };
 }
 
-/// Installs the fork handler (once per process).
+fn fork_unlock() {
+    // SAFETY: as in `fork_lock`; called only by the thread that locked it.
+    unsafe { libc::pthread_mutex_unlock(FORK_LOCK.0.get()) };
+}
+
+extern "C" fn before_fork() {
+    fork_lock();
+}
+
+extern "C" fn after_fork_in_parent() {
+    fork_unlock();
+}
+
+extern "C" fn after_fork_in_child() {
+    // Async-signal-safe: atomics, open, dup3, close, pthread_mutex_unlock. Relaxed: the
+    // child is single-threaded.
+    FORK_GENERATION.fetch_add(1, Relaxed);
+    drop_inherited_beacons();
+    fork_unlock();
+}
+
+/// Installs the fork handlers (once per process).
 pub fn install_fork_handler() {
     INSTALL.call_once(|| {
-        // SAFETY: registers a handler that only performs async-signal-safe work (atomics,
-        // open, dup3, close), which is allowed in the child of a multi-threaded process.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        // SAFETY: registers handlers that only take or release a mutex and do async-signal-safe
+        // work (atomics, open, dup3, close), which is allowed around `fork` of a multi-threaded
+        // process.
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_in_parent),
+                Some(after_fork_in_child),
+            )
+        };
     });
+}
+
+/// Holding this, the process cannot fork (the fork waits). Hold it only for short sections.
+pub struct ForkGuard(());
+
+impl ForkGuard {
+    /// Takes the fork lock (installing the handlers first, so that it means something).
+    pub fn lock() -> ForkGuard {
+        install_fork_handler();
+        fork_lock();
+        ForkGuard(())
+    }
+}
+
+impl Drop for ForkGuard {
+    fn drop(&mut self) {
+        fork_unlock();
+    }
 }
 
 /// How many forks separate this process from the one that installed the handler.
@@ -50,23 +121,23 @@ pub fn current_tid() -> u32 {
     })
 }
 
-/// Descriptors whose open file description carries a beacon of this process. A forked child
-/// must not keep its parent's beacons alive (the parent's death would go unnoticed while the
-/// child lives), so the fork handler points each of them at `/dev/null` in the child. A fixed
-/// lock-free table, because the handler may only do async-signal-safe work.
-static BEACON_FDS: [std::sync::atomic::AtomicI32; 64] =
-    [const { std::sync::atomic::AtomicI32::new(-1) }; 64];
+/// How many beacon descriptors (lock files open at once in one process) the table holds.
+pub const MAX_BEACONS: usize = 1024;
 
-/// Registers `fd` as holding beacons. False if the table is full (then a forked child keeps
-/// the parent's beacon alive until it execs or exits; documented).
-pub fn register_beacon_fd(fd: i32) -> bool {
+/// Descriptors whose open file description carries a beacon of this process. A fixed
+/// lock-free table, because the fork child handler may only do async-signal-safe work.
+static BEACON_FDS: [AtomicI32; MAX_BEACONS] = [const { AtomicI32::new(-1) }; MAX_BEACONS];
+
+/// Registers `fd` as holding beacons. The caller holds the [`ForkGuard`] from the creation of
+/// `fd` until this returns. False if the table is full (the caller must then not use `fd`).
+pub fn register_beacon_fd(_fork: &ForkGuard, fd: i32) -> bool {
     BEACON_FDS
         .iter()
         .any(|slot| slot.compare_exchange(-1, fd, Relaxed, Relaxed).is_ok())
 }
 
-/// Forgets `fd` (before it is closed).
-pub fn unregister_beacon_fd(fd: i32) {
+/// Forgets `fd`; the caller holds the [`ForkGuard`] until `fd` is closed.
+pub fn unregister_beacon_fd(_fork: &ForkGuard, fd: i32) {
     for slot in &BEACON_FDS {
         let _ = slot.compare_exchange(fd, -1, Relaxed, Relaxed);
     }
@@ -84,8 +155,8 @@ fn drop_inherited_beacons() {
         }
         if null >= 0 {
             // SAFETY: `fd` is a descriptor this process registered and has not closed (it
-            // unregisters before closing); dup3 atomically replaces it, so the number stays
-            // ours and never refers to the parent's open file description again.
+            // unregisters before closing, under the fork lock); dup3 atomically replaces it, so
+            // the number stays ours and never refers to the parent's open file description again.
             unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) };
         }
     }

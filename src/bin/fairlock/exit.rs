@@ -67,7 +67,7 @@ impl Failure {
         let code = match e {
             E::NotALockFile { .. } | E::Corrupt { .. } | E::Incompatible { .. } => DATA,
             E::InvalidPath { .. } | E::Io { .. } => NO_INPUT,
-            E::TooManyParticipants { .. } => TEMP,
+            E::TooManyParticipants { .. } | E::TooManyOpenFiles { .. } => TEMP,
             E::InvalidOption { .. } => USAGE,
             E::LockLost => LOST,
             _ => SOFTWARE,

@@ -1,0 +1,126 @@
+//! Claiming a grant: the one CAS that turns a ticket's grant into a hold, and what follows it
+//! (the lease deadline, the informational stamps).
+
+use super::advance::cas;
+use super::layout::{LockState, Slot};
+use super::leasing::commit;
+use super::platform::Platform;
+use super::word::{LapRelation, State, Word, relate};
+use super::{Grant, Me, WaitError};
+use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
+
+/// The uncontended path, for a participant that asks for no lease (the caller checks): our
+/// ticket was granted in advance with no died flag. One CAS, expecting exactly that `Ready`
+/// word, claims it. `None` sends the caller to the contended path with the same ticket.
+#[inline(always)]
+pub fn claim_ready(st: &LockState<'_>, t: u64, participant: u32) -> Option<Grant> {
+    let slot = st.slot(t);
+    let lap = st.lap(t);
+    let ready = Word::new(lap, 0, State::Ready, false);
+    let held = Word::new(lap, participant, State::Held, false);
+    // AcqRel/Acquire: as the claim in `claim_granted` (pairs with the grant's Release).
+    slot.word
+        .compare_exchange(ready.0, held.0, AcqRel, Acquire)
+        .ok()?;
+    crate::crash_point!("acquire.claimed");
+    // Nothing else: the word has no `leased` flag, so whatever the lease field holds is
+    // ignored; the informational fields (thread, since when) are left alone too, as even the
+    // coarse clock would cost a fifth of this path. `status` shows them only when `stamp`
+    // names this ticket; a holder that wants them shown calls `LockGuard::stamp_time`.
+    Some(Grant {
+        ticket: t,
+        died: false,
+        leased: false,
+    })
+}
+
+/// What a claim attempt came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// We hold the lock.
+    Held(Grant),
+    /// The ticket is not granted (yet): still waiting (its word is returned).
+    NotGranted(Word),
+    /// The ticket is gone (skipped; or our lease was revoked before we committed it): take a
+    /// new one.
+    Lost,
+}
+
+/// One look at our published ticket `t` and, if it is `Granted`, the claim: CAS
+/// `Granted → Held` (the word keeps its died and leased flags), then [`claimed`].
+pub fn claim_granted<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    t: u64,
+    me: &Me,
+) -> Result<Claim, WaitError> {
+    let slot = st.slot(t);
+    loop {
+        // Acquire: pairs with the grant CAS (Release), carrying the previous critical section.
+        let w = Word(slot.word.load(Acquire));
+        if relate(w.lap(), st.lap(t)) != LapRelation::Same || w.participant() != me.participant {
+            return Ok(Claim::Lost);
+        }
+        match w.state() {
+            Some(State::Granted) => {
+                crate::crash_point!("acquire.granted_seen");
+                if cas(slot, w, w.with_state(State::Held)) {
+                    crate::crash_point!("acquire.claimed");
+                    return Ok(match claimed(st, p, slot, t, me) {
+                        true => Claim::Held(Grant {
+                            ticket: t,
+                            died: w.died(),
+                            leased: w.leased(),
+                        }),
+                        false => Claim::Lost,
+                    });
+                }
+            }
+            Some(State::Waiting | State::Sleeping) => return Ok(Claim::NotGranted(w)),
+            Some(State::Skipped) => return Ok(Claim::Lost),
+            _ => {
+                return Err(WaitError::Corrupt(
+                    "our slot changed to an impossible state",
+                ));
+            }
+        }
+    }
+}
+
+/// After our claim CAS of ticket `t`: commit the lease deadline, if we asked for a lease, and
+/// record the informational fields. False if our lease was revoked before we could commit it
+/// (we then hold nothing and queue again).
+pub(crate) fn claimed<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    slot: &Slot,
+    t: u64,
+    me: &Me,
+) -> bool {
+    if !commit(st, p, t, me) {
+        return false;
+    }
+    stamp_owner(slot, t, me);
+    true
+}
+
+/// Informational fields for `fairlock status`; Relaxed, never used for decisions.
+#[inline]
+pub(crate) fn stamp_owner(slot: &Slot, t: u64, me: &Me) {
+    slot.tid.store(me.tid, Relaxed);
+    slot.stamp.store(t.wrapping_add(1), Relaxed);
+}
+
+/// When the ticket was published or claimed after waiting (for status).
+pub(crate) fn stamp_since<P: Platform>(p: &P, slot: &Slot) {
+    slot.since.store(p.coarse_now_ns(), Relaxed);
+}
+
+/// Records the holder's thread and "now" for ticket `t` (for status); what the uncontended
+/// path skips. Informational, Relaxed.
+pub fn stamp_holder<P: Platform>(st: &LockState<'_>, p: &P, t: u64, tid: u32) {
+    let slot = st.slot(t);
+    slot.tid.store(tid, Relaxed);
+    slot.since.store(p.coarse_now_ns(), Relaxed);
+    slot.stamp.store(t.wrapping_add(1), Relaxed);
+}

@@ -1,0 +1,134 @@
+//! Publishing a ticket: the taker's one CAS that puts its participant (and, with a lease, the
+//! `leased` flag) into its slot — or claims the ticket at once if it was granted in advance.
+
+use super::advance::{advance, cas};
+use super::claim::{claimed, stamp_owner, stamp_since};
+use super::layout::LockState;
+use super::lease::LeaseField;
+use super::leasing::announce;
+use super::platform::{Platform, Tuning};
+use super::recover::{Watch, recover};
+use super::word::{LapRelation, State, Word, relate};
+use super::{Grant, Me, WaitError};
+use crate::primitive::Ordering::Acquire;
+
+/// What publishing a ticket came to.
+pub enum Published {
+    /// The ticket was pre-granted and we claimed it.
+    Held(Grant),
+    /// We are a published waiter; the word is our `Waiting` value.
+    Waiting(Word),
+    /// Our ticket was skipped (we stalled past the grace before publishing, or our pending
+    /// lease was revoked before we committed it): take another.
+    Skipped,
+}
+
+/// Publishes ticket `t` in its slot, or claims it if it was granted in advance. A taker whose
+/// slot is still used by an earlier ticket (more than `N` outstanding) polls for it, and
+/// recovers what is stuck ahead meanwhile, like any waiter (`watch` times what it sees).
+pub fn publish<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    t: u64,
+    me: &Me,
+    deadline: Option<u64>,
+    tuning: &Tuning,
+    watch: &mut Watch,
+) -> Result<Published, WaitError> {
+    let slot = st.slot(t);
+    let lap = st.lap(t);
+    loop {
+        // The lease field first, then the word: a field read before a word that shows the
+        // previous lap final (or our pre-grant) cannot be a later lap's (see `leasing`), so an
+        // announcement CAS from it can only replace a value nobody current owns.
+        // Acquire: pairs with the AcqRel CAS that wrote it.
+        let lease = LeaseField(slot.lease.load(Acquire));
+        // Acquire: pairs with the Release CAS that made the slot Ready (the grant) or final
+        // (the previous lap), so we see the previous holder's writes.
+        let w = Word(slot.word.load(Acquire));
+        let state = w
+            .state()
+            .ok_or(WaitError::Corrupt("slot word has an unknown state"))?;
+        let leased = me.lease_ms.is_some();
+        match relate(w.lap(), lap) {
+            LapRelation::Same => match state {
+                State::Ready => {
+                    if let Some(ms) = me.lease_ms
+                        && !announce(slot, lease, ms)
+                    {
+                        continue;
+                    }
+                    let held =
+                        Word::new(lap, me.participant, State::Held, w.died()).with_leased(leased);
+                    if cas(slot, w, held) {
+                        crate::crash_point!("acquire.claimed");
+                        return Ok(match claimed(st, p, slot, t, me) {
+                            true => Published::Held(Grant {
+                                ticket: t,
+                                died: w.died(),
+                                leased,
+                            }),
+                            false => Published::Skipped,
+                        });
+                    }
+                }
+                State::Skipped => return Ok(Published::Skipped),
+                _ => return Err(WaitError::Corrupt("another owner published our ticket")),
+            },
+            LapRelation::Previous if state.is_final() && may_reuse(st, p, t, w) => {
+                if let Some(ms) = me.lease_ms
+                    && !announce(slot, lease, ms)
+                {
+                    continue;
+                }
+                crate::crash_point!("acquire.lease_announced");
+                let waiting =
+                    Word::new(lap, me.participant, State::Waiting, false).with_leased(leased);
+                if cas(slot, w, waiting) {
+                    crate::crash_point!("acquire.published");
+                    stamp_owner(slot, t, me);
+                    stamp_since(p, slot);
+                    return Ok(Published::Waiting(waiting));
+                }
+            }
+            LapRelation::Previous | LapRelation::Behind => {
+                // More than N tickets are outstanding and an earlier ticket (t - N, or t - kN
+                // with more than kN outstanding) still uses the slot, or is final but no grant
+                // has passed it yet (see `may_reuse`). Poll until it is final, and meanwhile do
+                // what every waiter does: keep the queue ahead moving (with a 2-slot array most
+                // takers are here; if none of them recovered, a dead taker's pre-grant ahead
+                // would stall everyone). If we time out here the ticket stays unpublished and
+                // is skipped after the grace, like the ticket of a taker that died.
+                if deadline.is_some_and(|d| p.now_ns() >= d) {
+                    return Err(WaitError::Timeout);
+                }
+                recover(st, p, t, watch, tuning);
+                p.pause(deadline);
+            }
+            LapRelation::Later => return Ok(Published::Skipped),
+        }
+    }
+}
+
+/// Whether ticket `t` may reuse its slot, whose previous user `t - N` is final (`prev`).
+///
+/// A `Revoked` ticket (or a skipped grant that carried the died flag) is what tells the next
+/// holder that the owner died; it must not be overwritten before an `advance` walked over it.
+/// So such a slot is reused only once a grant has passed `t - N` (`head` beyond it); until
+/// then we help: advance from `head` ourselves (which passes it, and may grant us in advance).
+#[inline]
+fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool {
+    let carries_death = prev.state() == Some(State::Revoked)
+        || (prev.state() == Some(State::Skipped) && prev.died());
+    if !carries_death {
+        return true;
+    }
+    // Acquire: pairs with the Release raise of `head` in `advance`, made after the grant that
+    // passed the previous lap's final word.
+    let head = st.header().head.load(Acquire);
+    if t.wrapping_sub(head) < st.slot_count() {
+        return true;
+    }
+    advance(st, p, head, false);
+    false
+}
