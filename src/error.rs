@@ -64,6 +64,14 @@ pub enum Error {
         /// How many lock files one process can have open at once.
         capacity: usize,
     },
+    /// The file is not a valid lock file yet (empty, half-initialised, or from an earlier
+    /// boot) and another process holds its `flock` — another fairlock initialising it, or a
+    /// foreign program such as `flock(1)` — for longer than
+    /// [`OpenOptions::init_timeout`](crate::OpenOptions::init_timeout) allowed.
+    InitLocked {
+        /// The lock file.
+        path: PathBuf,
+    },
     /// An option value is out of range.
     InvalidOption {
         /// Which option, and why.
@@ -133,6 +141,11 @@ impl fmt::Display for Error {
             Error::TooManyOpenFiles { path, capacity } => write!(
                 f,
                 "{}: this process already has {capacity} lock files open, the most it can track",
+                path.display()
+            ),
+            Error::InitLocked { path } => write!(
+                f,
+                "{}: not initialised yet, and another process holds its flock (another fairlock initialising it, or a program such as flock(1)); gave up waiting",
                 path.display()
             ),
             Error::InvalidOption { what } => write!(f, "invalid option: {what}"),

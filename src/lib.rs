@@ -39,11 +39,11 @@
 
 #![warn(missing_docs)]
 
-/// Marks a named step of the protocol for the crash suite (feature `crash-points`, see
+/// Marks a named step of the protocol for the crash suite (private feature `__test-crash-points`, see
 /// `src/sys/crash.rs`); nothing otherwise.
 macro_rules! crash_point {
     ($name:literal) => {
-        #[cfg(all(feature = "crash-points", not(loom)))]
+        #[cfg(all(feature = "__test-crash-points", not(loom)))]
         $crate::sys::crash::hit($name);
     };
 }

@@ -1,5 +1,5 @@
 //! Crash injection: worker processes are SIGKILLed at random moments by the parent and, through
-//! the crash points of feature `crash-points` (`FAIRLOCK_CRASH=POINT[@N][:kill|:stop]`, see
+//! the crash points of the private feature `__test-crash-points` (`FAIRLOCK_CRASH=POINT[@N][:kill|:stop]`, see
 //! `src/sys/crash.rs`), at every named step of acquire, release, timeout, takeover and recovery.
 //!
 //! Every test asserts what the failure model of `docs/DESIGN.md` promises:
@@ -17,7 +17,7 @@
 //!
 //! Reproduce a randomised run with `FL_SEED=<seed printed by the test>`.
 
-#![cfg(feature = "crash-points")]
+#![cfg(feature = "__test-crash-points")]
 
 mod common;
 

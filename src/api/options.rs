@@ -42,6 +42,7 @@ impl Default for OpenOptions {
                 mode: 0o600,
                 slots: DEFAULT_SLOTS,
                 participants: DEFAULT_PARTICIPANTS,
+                init_wait: None,
             },
             tuning: Tuning::default(),
         }
@@ -84,6 +85,16 @@ impl OpenOptions {
         self
     }
 
+    /// How long [`OpenOptions::open`] may wait when the file still has to be initialised (it is
+    /// empty, half-initialised, or from an earlier boot) and another process holds its
+    /// `flock`: another fairlock initialising it (milliseconds), or a foreign program such as
+    /// `flock(1)` holding the same empty file (as long as it likes). Default: wait as long as
+    /// it takes. `Duration::ZERO` does not wait. A valid file is opened without this lock.
+    pub fn init_timeout(&mut self, d: Duration) -> &mut Self {
+        self.create.init_wait = Some(d);
+        self
+    }
+
     /// How long the next-in-line waiter spins before it parks (default 50 µs).
     pub fn spin(&mut self, d: Duration) -> &mut Self {
         self.tuning.spin_ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
@@ -95,8 +106,11 @@ impl OpenOptions {
     /// # Errors
     /// [`Error::NotALockFile`] for a non-empty file that is not a fairlock file (left
     /// untouched), [`Error::Corrupt`] / [`Error::Incompatible`] for a damaged or newer-format
-    /// file, [`Error::InvalidPath`] for a symlink, directory or device,
-    /// [`Error::InvalidOption`] for an out-of-range option, [`Error::Io`] otherwise.
+    /// file, [`Error::InvalidPath`] for a symlink, directory, device or a file on a virtual
+    /// filesystem (procfs, sysfs, ...),
+    /// [`Error::InvalidOption`] for an out-of-range option, [`Error::InitLocked`] if the file
+    /// must be initialised and another process holds its `flock` past
+    /// [`OpenOptions::init_timeout`], [`Error::Io`] otherwise.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<FairLock> {
         self.check()?;
         FairLock::with_options(path.as_ref(), self)

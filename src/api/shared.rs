@@ -194,18 +194,20 @@ impl Shared {
 /// with the fork handler in one section under the fork lock.
 fn open_beacon(file: &File, id: (u64, u64), path: &Path) -> Result<Beacon> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let open = |p: &Path| {
+    let open = |p: &Path, flags: libc::c_int| {
         std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .custom_flags(libc::O_CLOEXEC | flags)
             .open(p)
     };
     let beacon = {
         let fork = ForkGuard::lock();
-        // Without /proc, the path itself (checked to be the same inode below).
-        let f = open(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())))
-            .or_else(|_| open(path))
+        // `/proc/self/fd/N` is a link to the very file we opened (followed: with O_NOFOLLOW it
+        // is refused with ELOOP, as every earlier version did, silently falling back to the
+        // path). Without /proc, the path itself, not followed (the same inode, checked below).
+        let f = open(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())), 0)
+            .or_else(|_| open(path, libc::O_NOFOLLOW))
             .map_err(|e| Error::io(path, "reopen for the beacon", e))?;
         if !thread::register_beacon_fd(&fork, f.as_raw_fd()) {
             return Err(Error::TooManyOpenFiles {

@@ -2,10 +2,12 @@
 //! refuse anything that is not ours without writing to it, re-initialise files from an
 //! earlier boot, then map it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use super::image::initial_image;
 use super::mapping::Mapping;
@@ -14,7 +16,7 @@ use super::validate::{Verdict, validate_header};
 use crate::core::Geometry;
 use crate::core::layout::{HEADER_SIZE, MAGIC};
 use crate::error::{Error, Result};
-use crate::sys::boot_id;
+use crate::sys::{boot_id, fs};
 
 /// How to open or create a lock file.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +29,8 @@ pub struct CreateOptions {
     pub slots: u32,
     /// Participant entries of a new file.
     pub participants: u32,
+    /// How long to wait for the initialisation lock (`None`: as long as it takes).
+    pub init_wait: Option<Duration>,
 }
 
 /// An open, validated, mapped lock file.
@@ -61,8 +65,10 @@ fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Result<File> {
         .create(o.create && !read_only)
         .mode(o.mode)
         // O_CLOEXEC: an exec'd program must not keep our beacon alive. O_NOFOLLOW: a link
-        // planted in a shared directory must not redirect us.
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        // planted in a shared directory must not redirect us. O_NOCTTY, O_NONBLOCK: opening a
+        // terminal or a FIFO named by mistake neither adopts it nor blocks (for a regular
+        // file, which is all we go on with, neither changes anything).
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK);
     let file = oo.open(path).map_err(|e| open_error(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
     if !meta.file_type().is_file() {
@@ -71,7 +77,25 @@ fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Result<File> {
             what: "is not a regular file",
         });
     }
-    Ok(file)
+    match fs::virtual_filesystem(file.as_fd()) {
+        Ok(None) => Ok(file),
+        Ok(Some(kind)) => Err(Error::InvalidPath {
+            path: path.to_path_buf(),
+            what: virtual_fs_message(kind),
+        }),
+        Err(e) => Err(Error::io(path, "statfs", e)),
+    }
+}
+
+/// The message for a file on the virtual filesystem `kind`.
+fn virtual_fs_message(kind: &str) -> &'static str {
+    match kind {
+        "procfs" => "is on procfs, a virtual filesystem (not a place for a lock file)",
+        "sysfs" => "is on sysfs, a virtual filesystem (not a place for a lock file)",
+        _ => {
+            "is on a virtual filesystem (procfs, sysfs, cgroupfs and the like: not a place for a lock file)"
+        }
+    }
 }
 
 fn read_verdict(file: &File, path: &Path) -> Result<Verdict> {
@@ -150,6 +174,37 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
     })
 }
 
+/// Takes the exclusive `flock` that initialisation happens under, waiting at most `wait`
+/// (`None`: as long as it takes). Another fairlock holds it for the milliseconds an
+/// initialisation takes; a foreign holder — `flock(1)` on the same, still empty, file — may
+/// hold it for as long as it likes, hence the limit (`fairlock run -n` / `-w`).
+fn lock_for_initialisation(file: &File, path: &Path, wait: Option<Duration>) -> Result<()> {
+    let Some(wait) = wait else {
+        return file
+            .lock()
+            .map_err(|e| Error::io(path, "lock for initialisation", e));
+    };
+    let deadline = Instant::now() + wait;
+    let mut nap = Duration::from_micros(200);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(e)) => {
+                return Err(Error::io(path, "lock for initialisation", e));
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::InitLocked {
+                path: path.to_path_buf(),
+            });
+        }
+        std::thread::sleep(nap.min(deadline - now));
+        nap = (nap * 2).min(Duration::from_millis(10));
+    }
+}
+
 /// Under an exclusive `flock` (std's `File::lock`, which replaces the unmaintained `fs2`),
 /// decide again and initialise if the file is empty, pending, or from another boot.
 fn initialise_locked(
@@ -158,8 +213,7 @@ fn initialise_locked(
     o: &CreateOptions,
     boot: [u64; 2],
 ) -> Result<Geometry> {
-    file.lock()
-        .map_err(|e| Error::io(path, "lock for initialisation", e))?;
+    lock_for_initialisation(file, path, o.init_wait)?;
     let result = (|| match read_verdict(file, path)? {
         Verdict::Empty | Verdict::Pending => {
             let g = Geometry::new(o.slots, o.participants).ok_or_else(|| Error::InvalidOption {
@@ -196,6 +250,7 @@ pub fn open_read_only(path: &Path) -> Result<ReadOnlyView> {
         mode: 0,
         slots: 0,
         participants: 0,
+        init_wait: Some(Duration::ZERO),
     };
     let file = open_file(path, &o, true)?;
     let geometry = judge(path, read_verdict(&file, path)?)?;

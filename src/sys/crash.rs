@@ -1,11 +1,23 @@
-//! Test-only crash injection (cargo feature `crash-points`): kill or stop this process at a
-//! named step of the protocol, so the crash suite can hit every step, not just random moments.
+//! Test-only crash injection (private cargo feature `__test-crash-points`): kill or stop this
+//! process at a named step of the protocol, so the crash suite can hit every step, not just
+//! random moments.
+//!
+//! It must never be in a production build: with it, an environment variable kills the
+//! process. So the feature has a name nobody enables in passing, and the crate refuses to
+//! compile with it unless fairlock itself is the package being built (cargo sets
+//! `CARGO_PRIMARY_PACKAGE` only for the packages selected on its command line, as for
+//! `cargo test` in this repository; a crate that merely depends on fairlock is not one).
 //!
 //! Configured by the environment variable `FAIRLOCK_CRASH=POINT[@N][:kill|:stop]`: at the
 //! `N`-th time (1-based, default 1) this process passes `POINT`, it raises `SIGKILL` (default)
 //! or `SIGSTOP` on itself. Without the feature, `crash_point!` expands to nothing.
 
 use std::sync::OnceLock;
+
+const _: () = assert!(
+    option_env!("CARGO_PRIMARY_PACKAGE").is_some(),
+    "fairlock's feature `__test-crash-points` is for fairlock's own test suite only: it lets an environment variable kill the process"
+);
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 struct Plan {

@@ -4,8 +4,9 @@
 
 pub mod boot_id;
 pub mod clock;
-#[cfg(feature = "crash-points")]
+#[cfg(feature = "__test-crash-points")]
 pub mod crash;
+pub mod fs;
 pub mod futex;
 pub mod ofd;
 pub mod platform;

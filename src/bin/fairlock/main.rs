@@ -3,8 +3,10 @@
 
 mod demo;
 mod exit;
+mod inherited;
 mod run;
 mod secs;
+mod sentinel;
 mod signals;
 mod status;
 
@@ -60,9 +62,23 @@ enum Command {
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("what").required(true).args(["shell", "command"])))]
 pub struct RunArgs {
-    /// Fail at once (exit 1, see -E) if the lock is held or anyone is waiting for it.
-    #[arg(short = 'n', long = "nonblock", conflicts_with = "wait")]
+    /// Fail at once (exit 1, see -E) if the lock is held or anyone is waiting for it (a dead
+    /// holder or waiter is passed over first).
+    #[arg(short = 'n', long = "nonblock", visible_aliases = ["nb", "nonblocking"],
+          conflicts_with = "wait", overrides_with = "nonblock")]
     pub nonblock: bool,
+    /// An exclusive lock: the default and only kind, accepted for flock(1)'s habits.
+    #[arg(
+        short = 'x',
+        long = "exclusive",
+        short_alias = 'e',
+        overrides_with = "exclusive"
+    )]
+    pub exclusive: bool,
+    /// Accepted for flock(1)'s habits and always in effect: the command never inherits the
+    /// lock (fairlock holds it, and releases it when the command ends).
+    #[arg(short = 'o', long = "close", overrides_with = "close")]
+    pub close: bool,
     /// Give up (exit 1, see -E) after waiting SECS seconds (fractions allowed: 0.5).
     #[arg(short = 'w', long = "wait", visible_alias = "timeout", value_name = "SECS",
           value_parser = secs::parse_wait)]

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -13,7 +13,8 @@ use fairlock::{Error, FairLock, LockGuard};
 
 use crate::exit::{self, Failure};
 use crate::secs::human;
-use crate::{RunArgs, signals};
+use crate::sentinel::Sentinel;
+use crate::{RunArgs, inherited, signals};
 
 pub const USAGE: &str = "\
 fairlock run [OPTIONS] LOCKFILE [--] COMMAND [ARGS]...
@@ -29,8 +30,9 @@ Examples:
 The command sees FAIRLOCK_TOKEN (the grant's fencing token, strictly increasing),
 FAIRLOCK_FILE (absolute path of the lock file) and FAIRLOCK_OWNER_DIED (1 if the
 previous holder died or was taken over, else 0). SIGINT, SIGTERM and SIGHUP sent to
-fairlock are forwarded to the command. A conflict (-n) or timeout (-w) prints nothing
-unless -v is given.
+fairlock alone are forwarded to the command (once: not when the command got them too,
+as from Ctrl-C or kill -PGID); signals fairlock inherited ignored (nohup) stay ignored.
+A conflict (-n) or timeout (-w) prints nothing unless -v is given.
 
 Exit status: the command's (128+SIG if killed by a signal); 1 (or -E N) busy/timeout;
 64 usage; 65 not a lock file; 66 cannot open; 69 lock lost (--lease expired and was
@@ -41,13 +43,33 @@ const POLL: Duration = Duration::from_millis(50);
 
 pub fn main(a: &RunArgs) -> Result<u8, Failure> {
     let path = a.lockfile.as_path();
+    let started = Instant::now();
+    // How long we may wait in all, the file's initialisation included: nothing with -n,
+    // SECS with -w.
+    let budget = if a.nonblock {
+        Some(Duration::ZERO)
+    } else {
+        a.wait
+    };
     let mut opts = FairLock::options();
     if let Some(lease) = a.lease {
         opts.lease(lease);
     }
-    let lock = opts.open(path).map_err(|e| Failure::open(path, &e))?;
-    let started = Instant::now();
-    let guard = acquire(&lock, a)?;
+    if let Some(b) = budget {
+        opts.init_timeout(b);
+    }
+    let lock = match opts.open(path) {
+        Ok(lock) => lock,
+        Err(Error::InitLocked { .. }) => {
+            return Err(conflict(
+                a,
+                "is not initialised yet and another process holds its flock",
+            ));
+        }
+        Err(e) => return Err(Failure::open(path, &e)),
+    };
+    let remaining = budget.map(|b| b.saturating_sub(started.elapsed()));
+    let guard = acquire(&lock, a, remaining)?;
     if a.verbose {
         eprintln!(
             "fairlock: got {} (token {}) after {}{}",
@@ -63,6 +85,8 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
     }
     guard.stamp_time(); // so that `fairlock status` can show "held for"
     signals::install().map_err(|e| Failure::new(exit::OS, format!("sigaction: {e}")))?;
+    // Before the command: it must not inherit the sentinel's pipe.
+    let mut sentinel = Sentinel::start();
     let mut child = match command(a, path, &guard).spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -70,7 +94,8 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
             return Err(spawn_failure(a, &e));
         }
     };
-    let outcome = supervise(&mut child, &guard, a);
+    let outcome = supervise(&mut child, &guard, a, sentinel.as_mut());
+    drop(sentinel);
     let lost_at_release = matches!(guard.unlock(), Err(Error::LockLost));
     let (status, lost_while_running) =
         outcome.map_err(|e| Failure::new(exit::OS, format!("waiting for the command: {e}")))?;
@@ -101,8 +126,12 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
     Ok(code)
 }
 
-/// Waits for the lock as the options say.
-fn acquire<'a>(lock: &'a FairLock, a: &RunArgs) -> Result<LockGuard<'a>, Failure> {
+/// Waits for the lock as the options say (`remaining`: what is left of `-w`).
+fn acquire<'a>(
+    lock: &'a FairLock,
+    a: &RunArgs,
+    remaining: Option<Duration>,
+) -> Result<LockGuard<'a>, Failure> {
     let path = a.lockfile.as_path();
     if a.nonblock {
         return lock.try_lock().map_err(|e| match e {
@@ -118,14 +147,14 @@ fn acquire<'a>(lock: &'a FairLock, a: &RunArgs) -> Result<LockGuard<'a>, Failure
             eprintln!("fairlock: waiting for {} ({ahead} ahead)", path.display());
         }
     }
-    match a.wait {
-        Some(d) => lock.lock_timeout(d).map_err(|e| match e {
+    match (a.wait, remaining) {
+        (Some(d), Some(left)) => lock.lock_timeout(left).map_err(|e| match e {
             Error::Timeout | Error::WouldBlock => {
                 conflict(a, &format!("still busy after {}", human(d)))
             }
             e => Failure::locking(path, &e),
         }),
-        None => lock.lock().map_err(|e| Failure::locking(path, &e)),
+        _ => lock.lock().map_err(|e| Failure::locking(path, &e)),
     }
 }
 
@@ -155,6 +184,11 @@ fn command(a: &RunArgs, path: &Path, guard: &LockGuard<'_>) -> Command {
         }
     };
     let file = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // SAFETY: the closure runs in the child between fork and exec and only makes
+    // async-signal-safe calls (sigaction, pthread_sigmask); see `inherited`.
+    unsafe {
+        cmd.pre_exec(inherited::restore_in_child);
+    }
     cmd.env("FAIRLOCK_TOKEN", guard.token().to_string())
         .env("FAIRLOCK_FILE", file)
         .env(
@@ -187,12 +221,19 @@ fn supervise(
     child: &mut Child,
     guard: &LockGuard<'_>,
     a: &RunArgs,
+    mut sentinel: Option<&mut Sentinel>,
 ) -> io::Result<(ExitStatus, bool)> {
     let pidfd = pidfd_open(child.id());
     let mut lost = false;
     loop {
         for sig in signals::take() {
-            signals::send(child.id(), sig);
+            // Sent to everyone (our process group, or each process of our cgroup): the command
+            // got it too, unless it left our process group.
+            let everyone = sentinel.as_deref_mut().is_some_and(|s| s.also_got(sig))
+                && same_process_group(child.id());
+            if !everyone {
+                signals::send(child.id(), sig);
+            }
         }
         if let Some(status) = child.try_wait()? {
             return Ok((status, lost));
@@ -216,6 +257,12 @@ fn supervise(
             None => std::thread::sleep(Duration::from_millis(10)),
         }
     }
+}
+
+/// Whether process `pid` is in our process group.
+fn same_process_group(pid: u32) -> bool {
+    // SAFETY: getpgid/getpgrp have no memory-safety preconditions.
+    unsafe { libc::getpgid(pid as libc::pid_t) == libc::getpgrp() }
 }
 
 /// A descriptor that becomes readable when the process exits (Linux 5.3+), if available.

@@ -1,5 +1,7 @@
 //! SIGINT/SIGTERM/SIGHUP handling while the command runs: the handler only records the
-//! signal; the waiting loop forwards it to the command with `kill`.
+//! signal; the waiting loop forwards it to the command with `kill`, unless the command got it
+//! anyway (see `sentinel`). A signal `fairlock` inherited as ignored (`nohup`, `trap '' HUP`)
+//! is left ignored — not caught, not forwarded — so the command inherits it ignored too.
 
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
@@ -27,10 +29,13 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
     }
 }
 
-/// Installs the recording handler for [`FORWARDED`] (no `SA_RESTART`, so a blocking `poll`
-/// returns early).
+/// Installs the recording handler for each of [`FORWARDED`] that was not inherited ignored (no
+/// `SA_RESTART`, so a blocking `poll` returns early).
 pub fn install() -> io::Result<()> {
     for sig in FORWARDED {
+        if crate::inherited::ignored(sig) {
+            continue;
+        }
         // SAFETY: a zeroed sigaction is a valid starting point (empty mask, no flags).
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
         sa.sa_sigaction = on_signal as *const () as usize;

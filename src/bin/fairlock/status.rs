@@ -16,8 +16,9 @@ Examples:
 
 The file is only read (never locked, created or modified). JSON fields: path, held,
 owner_pid, owner_tid, token, next_ticket, waiters (count), arriving, lease_remaining_ms,
-holder {ticket, token, state, pid, tid, held_ms, lease_remaining_ms, owner_died} or null,
-queue [{ticket, token, state, pid, tid, waited_ms}]; unknown numbers are null.
+holder {ticket, token, state, pid, tid, alive, held_ms, lease_remaining_ms, owner_died} or
+null, queue [{ticket, token, state, pid, tid, alive, waited_ms}]; unknown values are null.
+alive: false means the process is dead; the next acquire passes it over.
 
 Exit status: 0; 65 not a lock file (or corrupt/incompatible); 66 cannot open (missing,
 unreadable, not a regular file); 64 usage.";
@@ -57,6 +58,11 @@ fn text(st: &Status) -> String {
                 let _ = write!(s, " ({})", h.state);
             }
             s.push('\n');
+            if h.alive == Some(false) {
+                s.push_str(
+                    "                DEAD: its process is gone; the next acquire of any kind (fairlock run,\n                -n and -w included) revokes it and tells its holder that the owner died\n",
+                );
+            }
             if h.owner_died {
                 s.push_str("                the previous holder died or was taken over\n");
             }
@@ -82,13 +88,18 @@ fn text(st: &Status) -> String {
     for (i, w) in st.waiters.iter().enumerate() {
         let _ = writeln!(
             s,
-            "  {:>3}. ticket {:<6} pid {:<8} thread {:<8} waiting {} ({})",
+            "  {:>3}. ticket {:<6} pid {:<8} thread {:<8} waiting {} ({}){}",
             i + 1,
             w.ticket,
             opt(w.pid),
             opt(w.tid),
             w.elapsed.map_or_else(|| "?".into(), human),
-            w.state
+            w.state,
+            if w.alive == Some(false) {
+                ", DEAD: will be passed over"
+            } else {
+                ""
+            }
         );
     }
     s
@@ -125,12 +136,13 @@ fn string(v: &str) -> String {
 
 fn holder(h: &TicketInfo) -> String {
     format!(
-        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"held_ms\":{},\"lease_remaining_ms\":{},\"owner_died\":{}}}",
+        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"alive\":{},\"held_ms\":{},\"lease_remaining_ms\":{},\"owner_died\":{}}}",
         h.ticket,
         h.token,
         string(h.state),
         num(h.pid),
         num(h.tid),
+        num(h.alive),
         ms(h.elapsed),
         ms(h.lease_remaining),
         h.owner_died
@@ -139,12 +151,13 @@ fn holder(h: &TicketInfo) -> String {
 
 fn waiter(w: &TicketInfo) -> String {
     format!(
-        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"waited_ms\":{}}}",
+        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"alive\":{},\"waited_ms\":{}}}",
         w.ticket,
         w.token,
         string(w.state),
         num(w.pid),
         num(w.tid),
+        num(w.alive),
         ms(w.elapsed)
     )
 }
