@@ -61,6 +61,13 @@ mod file;
 mod sys;
 
 /// Not part of the API: what the fuzz targets reach (header validation is pure and total).
+///
+/// The file layer itself is private: a read-only view of a file used to hand out `&AtomicU64`
+/// into read-only memory through it, which safe code could store to (and fault).
+///
+/// ```compile_fail
+/// let _ = fairlock::file::open_read_only;
+/// ```
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub mod internal {

@@ -2,6 +2,7 @@
 //! idempotent, and anyone may run it at any time.
 
 use super::frontier::{MAX_STEPS, raise_head, step_over_later};
+use super::lapped;
 use super::layout::{LockState, Slot};
 use super::platform::Platform;
 use super::word::{LapRelation, State, Word, relate};
@@ -63,6 +64,14 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                 }
             },
             LapRelation::Previous if state.is_final() => {
+                // A lapped taker that gave up or died (its record says so) is passed at once.
+                if lapped::gone(slot, lap, p) {
+                    let given_up = Word::new(lap, 0, State::Abandoned, false);
+                    if cas(slot, w, given_up) {
+                        h = h.wrapping_add(1);
+                    }
+                    continue;
+                }
                 if pregrant(st, slot, w, h, died) {
                     raise_head(st, h);
                     return;

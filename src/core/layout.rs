@@ -90,8 +90,9 @@ pub struct Slot {
     pub tid: AtomicU32,
     /// Re-entrancy depth of the holder (informational; `FairRLock` keeps the real count).
     pub depth: AtomicU32,
-    /// Reserved, zero.
-    pub reserved: [AtomicU64; 3],
+    /// The earliest takers waiting for this slot while an earlier lap still uses it, and
+    /// whether they gave up: see [`crate::core::lapped`].
+    pub lapped: [AtomicU64; 3],
 }
 
 /// Size of the header in bytes.
@@ -127,6 +128,7 @@ const _: () = {
     assert!(offset_of!(Slot, since) == 24);
     assert!(offset_of!(Slot, tid) == 32);
     assert!(offset_of!(Slot, depth) == 36);
+    assert!(offset_of!(Slot, lapped) == 40);
     assert!(align_of::<Slot>() == 8 && align_of::<Header>() == 8);
 };
 
@@ -320,7 +322,7 @@ impl Slot {
             since: AtomicU64::new(0),
             tid: AtomicU32::new(0),
             depth: AtomicU32::new(0),
-            reserved: zeroed_u64s(),
+            lapped: zeroed_u64s(),
         }
     }
 }

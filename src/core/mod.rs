@@ -49,6 +49,7 @@ pub mod claim;
 pub mod cleanup;
 pub mod frontier;
 pub mod holder;
+pub mod lapped;
 pub mod layout;
 pub mod lease;
 pub mod leasing;

@@ -3,6 +3,7 @@
 
 use super::advance::{advance, cas};
 use super::claim::{claimed, stamp_owner, stamp_since};
+use super::lapped;
 use super::layout::LockState;
 use super::lease::LeaseField;
 use super::leasing::announce;
@@ -98,8 +99,12 @@ pub fn publish<P: Platform>(
                 // what every waiter does: keep the queue ahead moving (with a 2-slot array most
                 // takers are here; if none of them recovered, a dead taker's pre-grant ahead
                 // would stall everyone). If we time out here the ticket stays unpublished and
-                // is skipped after the grace, like the ticket of a taker that died.
+                // is passed over at once if our record says so, else after the grace.
+                // We also leave a record in the slot, so that if we give up or die here the
+                // queue passes our ticket at once instead of after the grace (`lapped`).
+                lapped::register(slot, lap, me.participant);
                 if deadline.is_some_and(|d| p.now_ns() >= d) {
+                    lapped::give_up(slot, lap, me.participant);
                     return Err(WaitError::Timeout);
                 }
                 recover(st, p, t, watch, tuning);

@@ -10,6 +10,7 @@
 
 use super::advance::{advance, cas};
 use super::frontier::{MAX_STEPS, before, step_over_later};
+use super::lapped;
 use super::layout::LockState;
 use super::leasing::{expired, take_over};
 use super::platform::{Liveness, Platform, Tuning};
@@ -143,8 +144,9 @@ pub fn recover<P: Platform>(
                 if !before(h, next) {
                     return Ahead::Busy; // not taken yet: only a corrupt file shows it here
                 }
+                // Its taker, once lapped, may have left word that it gave up or died.
                 let unclaimed = watch.observe((h, w.0, 0), p.now_ns());
-                if unclaimed < tuning.grace_ns {
+                if unclaimed < tuning.grace_ns && !lapped::gone(slot, lap, p) {
                     return Ahead::Unclaimed(unclaimed);
                 }
                 if cas(slot, w, w.with_state(State::Skipped)) {

@@ -17,6 +17,8 @@
 
 #![allow(dead_code)] // every test binary uses a different subset
 
+pub mod chaos;
+
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -1,0 +1,480 @@
+//! Chaos with leases, pauses and a 2-slot waiting array: leased workers (60 ms) are killed
+//! (SIGKILL at random moments and at crash points) and *paused* (SIGSTOP at random moments and
+//! at crash points, SIGCONT after up to a few leases), so holders are taken over, grantees
+//! frozen before they claim, takers stalled between ticket and claim, and slots reused every
+//! other ticket while a paused process still has an old one. Two unleased survivors contend
+//! throughout.
+//!
+//! The witness knows leases: a holder that enters while another's pid is inside must have
+//! been told `owner_died()`; a holder that finds, on leaving, that someone entered during its
+//! hold must get `LockLost` from `unlock()`; and whenever a holder's `check()` says `Ok`, the
+//! witness must still show that holder (read before the check). Issue 11's bugs 3 (a paused
+//! claimer's lease write hit a reused slot: two holders) and 8 (nobody timed a dead taker's
+//! pre-grant behind lapped takers: stalls of seconds) are what this is built to catch; run it
+//! against the code before the fix and it fails (docs/TESTING.md).
+//!
+//! Reproduce a run with `FL_SEED=<seed printed by the test>`.
+
+#![cfg(feature = "__test-crash-points")]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::ExitStatusExt;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+use common::chaos::{Rng, mono_ns, pid_dead, pid_stopped, signal};
+use common::{Shm, TempDir, Worker, role};
+use fairlock::{Error, FairLock, LockGuard};
+
+const LEASE: Duration = Duration::from_millis(60);
+/// No gap between grants while the survivors wait may exceed this: a few leases and graces
+/// (a run of stopped holders, frozen grantees and stalled takers each costs about one).
+const MAX_GAP: Duration = Duration::from_millis(1000);
+
+/// Shared words: the witness, the stop flag, counters, then the grant log.
+const WITNESS: usize = 0;
+const STOP: usize = 1;
+const LOG_N: usize = 2;
+const TAKEN_OVER: usize = 3;
+const CHECKS: usize = 4;
+const LOST_CHECKS: usize = 5;
+const EXTENDS: usize = 6;
+const LOG_BASE: usize = 16;
+const LOG_CAP: usize = 200_000;
+
+/// Crash points at which a worker is killed or stopped.
+const POINTS: &[&str] = &[
+    "acquire.ticket_taken",
+    "acquire.lease_announced",
+    "acquire.published",
+    "acquire.parking",
+    "acquire.granted_seen",
+    "acquire.claimed",
+    "acquire.lease_pending",
+    "extend.written",
+    "timeout.abandoning",
+    "timeout.abandoned",
+    "release.start",
+    "release.done",
+    "advance.granted",
+    "advance.ready",
+    "recover.revoked",
+    "recover.skipped",
+    "takeover.lease_revoked",
+    "takeover.revoked",
+];
+
+/// Appends (token, grant time, pid) to the log; safe with overlapping holders.
+fn log_grant(shm: &Shm, token: u64) {
+    let n = shm.atomic(LOG_N).fetch_add(1, SeqCst) as usize;
+    if n < LOG_CAP {
+        let at = LOG_BASE + 3 * n;
+        shm.atomic(at + 1).store(mono_ns(), SeqCst);
+        shm.atomic(at + 2)
+            .store(u64::from(std::process::id()), SeqCst);
+        shm.atomic(at).store(token, SeqCst);
+    }
+}
+
+fn me() -> u64 {
+    u64::from(std::process::id())
+}
+
+/// A new holder enters: whoever is still inside either died or was taken over, and then we
+/// were told `owner_died()`.
+fn enter(shm: &Shm, g: &LockGuard<'_>) {
+    let prev = shm.atomic(WITNESS).swap(me(), SeqCst);
+    if prev == 0 {
+        return;
+    }
+    assert!(
+        g.owner_died(),
+        "two holders: token {} granted without owner_died while pid {prev} (dead: {}) was inside",
+        g.token(),
+        pid_dead(prev as u32)
+    );
+    if !pid_dead(prev as u32) {
+        shm.atomic(TAKEN_OVER).fetch_add(1, SeqCst);
+    }
+}
+
+/// Works inside: each step reads the witness, then checks; `Ok` means nobody entered since us.
+fn work(shm: &Shm, g: &LockGuard<'_>, rng: &mut Rng, leased: bool) {
+    for _ in 0..1 + rng.below(3) {
+        let seen = shm.atomic(WITNESS).load(SeqCst);
+        match g.check() {
+            Ok(()) => {
+                shm.atomic(CHECKS).fetch_add(1, SeqCst);
+                assert_eq!(
+                    seen,
+                    me(),
+                    "two holders: check() is Ok for token {} but pid {seen} entered during the hold",
+                    g.token()
+                );
+            }
+            Err(Error::LockLost) => {
+                shm.atomic(LOST_CHECKS).fetch_add(1, SeqCst);
+                return;
+            }
+            Err(e) => panic!("check: {e}"),
+        }
+        if leased && rng.below(4) == 0 {
+            match g.extend(LEASE) {
+                Ok(()) => {
+                    shm.atomic(EXTENDS).fetch_add(1, SeqCst);
+                }
+                Err(Error::LockLost) => return,
+                Err(e) => panic!("extend: {e}"),
+            }
+        }
+        for _ in 0..rng.below(2000) {
+            std::hint::spin_loop();
+        }
+        if rng.below(20) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Leaves: if someone entered during our hold, `unlock` must say we lost the lock.
+fn leave(shm: &Shm, g: LockGuard<'_>) {
+    let token = g.token();
+    let alone = shm
+        .atomic(WITNESS)
+        .compare_exchange(me(), 0, SeqCst, SeqCst)
+        .is_ok();
+    let r = g.unlock();
+    if !alone {
+        assert!(
+            matches!(r, Err(Error::LockLost)),
+            "two holders: unlock of token {token} said {r:?} although another holder entered during its hold"
+        );
+    }
+}
+
+fn run_worker(r: &str) {
+    let shm = Shm::open(common::env("FL_SHM").as_ref());
+    let path = common::env("FL_LOCK");
+    let leased = r == "leased";
+    let mut o = FairLock::options();
+    o.slots(2);
+    if leased {
+        o.lease(LEASE);
+    }
+    let lock = o.open(path).expect("worker open");
+    let mut rng = Rng::from_seed(common::env_parse("FL_WSEED"));
+    let iters: u64 = common::env_parse("FL_ITERS");
+    let mut done = 0;
+    while done < iters && shm.atomic(STOP).load(SeqCst) == 0 {
+        let g = if leased && rng.below(4) == 0 {
+            match lock.lock_timeout(Duration::from_micros(100 + rng.below(30_000))) {
+                Ok(g) => g,
+                Err(Error::Timeout) => continue,
+                Err(e) => panic!("lock_timeout: {e}"),
+            }
+        } else {
+            lock.lock().expect("lock")
+        };
+        enter(&shm, &g);
+        log_grant(&shm, g.token());
+        work(&shm, &g, &mut rng, leased);
+        leave(&shm, g);
+        if leased {
+            done += 1;
+        }
+    }
+}
+
+/// The test every worker runs as.
+const WORKER_ENTRY: &str = "worker_entry";
+
+#[test]
+fn worker_entry() {
+    if let Some(r) = role() {
+        run_worker(&r);
+    }
+}
+
+struct Chaos {
+    dir: TempDir,
+    spawned: usize,
+}
+
+impl Chaos {
+    fn spawn(&mut self, role: &str, envs: &[(&str, String)]) -> Worker {
+        self.spawned += 1;
+        let mut all = vec![
+            ("FL_LOCK", self.dir.join("lock").display().to_string()),
+            ("FL_SHM", self.dir.join("shm").display().to_string()),
+        ];
+        all.extend(envs.iter().cloned());
+        Worker::spawn(
+            self.dir.path(),
+            WORKER_ENTRY,
+            role,
+            &format!("{role}-{}", self.spawned),
+            &all,
+        )
+    }
+}
+
+/// A worker and what the parent knows of it.
+struct Running {
+    w: Worker,
+    point: Option<(&'static str, bool)>,
+    /// Stopped by the parent (or found stopped at its crash point): when to continue it.
+    resume_at: Option<Instant>,
+    born: Instant,
+}
+
+#[test]
+fn chaos_with_leases_pauses_and_two_slots() {
+    if let Some(r) = role() {
+        return run_worker(&r);
+    }
+    const EVENTS: usize = 400;
+    const CONCURRENT: usize = 6;
+    const LIMIT: Duration = Duration::from_secs(120);
+    let mut rng = Rng::new("chaos-leases");
+    let dir = TempDir::new("chaos-leases");
+    let shm = Shm::create(&dir.join("shm"), LOG_BASE + 3 * LOG_CAP);
+    // The file is created with 2 slots before anyone else opens it.
+    drop(
+        FairLock::options()
+            .slots(2)
+            .open(dir.join("lock"))
+            .expect("create"),
+    );
+    let mut chaos = Chaos { dir, spawned: 0 };
+    let started = Instant::now();
+    let seed = |rng: &mut Rng| rng.next().to_string();
+    let mut survivors: Vec<Worker> = (0..2)
+        .map(|_| {
+            let s = seed(&mut rng);
+            chaos.spawn(
+                "survivor",
+                &[("FL_WSEED", s), ("FL_ITERS", u64::MAX.to_string())],
+            )
+        })
+        .collect();
+    let mut running: Vec<Running> = Vec::new();
+    let mut events: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut point_hits: BTreeMap<String, usize> = BTreeMap::new();
+    let mut total = 0usize;
+    let mut progress = (0u64, Instant::now(), false);
+    while total < EVENTS {
+        // A stall in the making: say what the queue looks like (once per stall).
+        let granted = shm.read(LOG_N);
+        if granted != progress.0 {
+            progress = (granted, Instant::now(), false);
+        } else if !progress.2 && progress.1.elapsed() > MAX_GAP / 2 {
+            progress.2 = true;
+            let stopped: Vec<u32> = running
+                .iter()
+                .filter(|r| pid_stopped(r.w.pid()))
+                .map(|r| r.w.pid())
+                .collect();
+            eprintln!(
+                "[chaos-leases] no grant for {:?}; stopped {stopped:?}; {:#?}",
+                progress.1.elapsed(),
+                fairlock::inspect(chaos.dir.join("lock"))
+            );
+            if let Ok(b) = std::fs::read(chaos.dir.join("lock")) {
+                let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+                let so = u32::from_le_bytes(b[36..40].try_into().unwrap()) as usize;
+                let d = |w: u64| format!("(lap {} p {} s {})", w >> 20, (w >> 8) & 0xfff, w & 0xf);
+                eprintln!(
+                    "raw: next {} head {}; slot0 {} lapped {} {} {}; slot1 {} lapped {} {} {}",
+                    u(64),
+                    u(128),
+                    d(u(so)),
+                    d(u(so + 40)),
+                    d(u(so + 48)),
+                    d(u(so + 56)),
+                    d(u(so + 64)),
+                    d(u(so + 104)),
+                    d(u(so + 112)),
+                    d(u(so + 120))
+                );
+                let stopped_or_alive: Vec<String> = running
+                    .iter()
+                    .map(|r| format!("{}:{:?}", r.w.pid(), common::chaos::proc_state(r.w.pid())))
+                    .collect();
+                eprintln!("workers {stopped_or_alive:?}");
+            }
+            if std::env::var("FL_GDB").is_ok() {
+                for s in &survivors {
+                    let o = std::process::Command::new("gdb")
+                        .args([
+                            "-batch",
+                            "-ex",
+                            "thread apply all bt",
+                            "-p",
+                            &s.pid().to_string(),
+                        ])
+                        .output()
+                        .unwrap();
+                    eprintln!(
+                        "--- survivor {}:\n{}",
+                        s.pid(),
+                        String::from_utf8_lossy(&o.stdout)
+                    );
+                }
+            }
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "only {total} events in {LIMIT:?}"
+        );
+        for s in survivors.iter_mut() {
+            assert!(
+                !s.poll(),
+                "survivor exited ({:?}):\n{}",
+                s.status,
+                s.stderr()
+            );
+        }
+        // Reap, count, continue the stopped ones when due.
+        let mut i = 0;
+        while i < running.len() {
+            let r = &mut running[i];
+            if r.w.poll() {
+                let st = r.w.status.unwrap();
+                if !st.success() && st.signal() != Some(libc::SIGKILL) {
+                    panic!("worker {} failed ({st}):\n{}", r.w.name, r.w.stderr());
+                }
+                if st.signal() == Some(libc::SIGKILL)
+                    && let Some((p, false)) = r.point
+                {
+                    *point_hits.entry(format!("{p}:kill")).or_default() += 1;
+                    total += 1;
+                }
+                running.swap_remove(i);
+                continue;
+            }
+            if r.resume_at.is_none() && pid_stopped(r.w.pid()) {
+                // Stopped at its crash point: leave it for up to three leases.
+                if let Some((p, true)) = r.point {
+                    *point_hits.entry(format!("{p}:stop")).or_default() += 1;
+                    total += 1;
+                }
+                r.resume_at = Some(Instant::now() + LEASE * rng.below(4) as u32);
+            }
+            if r.resume_at.is_some_and(|t| Instant::now() >= t) {
+                signal(r.w.pid(), libc::SIGCONT);
+                r.resume_at = None;
+                if let Some((_, true)) = r.point {
+                    r.point = None; // the crash point fires once
+                }
+            }
+            i += 1;
+        }
+        while running.len() < CONCURRENT {
+            let point = (rng.below(10) < 6).then(|| {
+                (
+                    POINTS[rng.below(POINTS.len() as u64) as usize],
+                    rng.below(2) == 0,
+                )
+            });
+            let mut envs = vec![
+                ("FL_WSEED", seed(&mut rng)),
+                ("FL_ITERS", (1 + rng.below(20)).to_string()),
+            ];
+            if let Some((p, stop)) = point {
+                let how = if stop { "stop" } else { "kill" };
+                envs.push(("FAIRLOCK_CRASH", format!("{p}@{}:{how}", 1 + rng.below(3))));
+            }
+            running.push(Running {
+                w: chaos.spawn("leased", &envs),
+                point,
+                resume_at: None,
+                born: Instant::now(),
+            });
+        }
+        // Something at a random moment: a kill, or a pause of up to three leases.
+        if rng.below(2) == 0 {
+            let k = rng.below(running.len() as u64) as usize;
+            let r = &mut running[k];
+            if r.resume_at.is_none()
+                && r.born.elapsed() > Duration::from_micros(rng.below(20_000))
+                && !r.w.poll()
+            {
+                if rng.below(2) == 0 {
+                    signal(r.w.pid(), libc::SIGKILL);
+                    r.point = None;
+                    *events.entry("kill").or_default() += 1;
+                } else {
+                    signal(r.w.pid(), libc::SIGSTOP);
+                    r.resume_at = Some(Instant::now() + LEASE * (1 + rng.below(3)) as u32);
+                    *events.entry("pause").or_default() += 1;
+                }
+                total += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10 + rng.below(20)));
+    }
+    shm.atomic(STOP).store(1, SeqCst);
+    for r in running.iter_mut() {
+        signal(r.w.pid(), libc::SIGKILL);
+        signal(r.w.pid(), libc::SIGCONT);
+    }
+    for r in running.iter_mut() {
+        let _ = r.w.child.wait();
+        r.w.status = Some(ExitStatusExt::from_raw(9));
+    }
+    common::wait_all(&mut survivors, Duration::from_secs(30));
+    let elapsed = started.elapsed();
+
+    // The grant log: no token twice, and no gap above MAX_GAP while the survivors waited.
+    let n = (shm.read(LOG_N) as usize).min(LOG_CAP);
+    let mut log: Vec<(u64, u64, u64)> = (0..n)
+        .map(|k| LOG_BASE + 3 * k)
+        .map(|at| (shm.read(at + 1), shm.read(at), shm.read(at + 2)))
+        .filter(|e| e.1 != 0)
+        .collect();
+    log.sort();
+    let mut tokens = BTreeSet::new();
+    for e in &log {
+        assert!(tokens.insert(e.1), "token {} granted twice", e.1);
+    }
+    let gaps: Vec<(Duration, u64, u64)> = log
+        .windows(2)
+        .map(|w| (Duration::from_nanos(w[1].0 - w[0].0), w[0].1, w[1].1))
+        .collect();
+    let mut worst = gaps.clone();
+    worst.sort();
+    let worst = &worst[worst.len().saturating_sub(3)..];
+    eprintln!(
+        "[chaos-leases] {total} events in {elapsed:.1?}: {events:?}; crash points {point_hits:?}; \
+         {} workers, {} grants, {} takeovers seen by the witness, checks {} ok / {} lost, {} \
+         extends; largest gaps (gap, token before, token after) {worst:?}",
+        chaos.spawned,
+        log.len(),
+        shm.read(TAKEN_OVER),
+        shm.read(CHECKS),
+        shm.read(LOST_CHECKS),
+        shm.read(EXTENDS),
+    );
+    let mut by_between: Vec<(u64, Duration)> = gaps
+        .iter()
+        .map(|(gap, before, after)| (after - before - 1, *gap))
+        .collect();
+    by_between.sort_by_key(|e| std::cmp::Reverse(e.1));
+    eprintln!(
+        "[chaos-leases] worst gaps (tickets between, gap): {:?}",
+        &by_between[..by_between.len().min(8)]
+    );
+    for (gap, before, after) in &gaps {
+        assert!(
+            *gap <= MAX_GAP,
+            "stall: {gap:?} between grants {before} and {after} while the survivors waited"
+        );
+    }
+    assert!(log.len() > 1000, "too few grants: {}", log.len());
+    assert!(shm.read(TAKEN_OVER) > 0, "no lease was ever taken over");
+    let lock = FairLock::open(chaos.dir.join("lock")).expect("open");
+    let g = lock.lock_timeout(Duration::from_secs(10)).expect("lock");
+    assert!(g.token() > log.iter().map(|e| e.1).max().unwrap_or(0));
+}
