@@ -5,10 +5,12 @@
 //! other ticket while a paused process still has an old one. Two unleased survivors contend
 //! throughout.
 //!
-//! The witness knows leases: a holder that enters while another's pid is inside must have
-//! been told `owner_died()`; a holder that finds, on leaving, that someone entered during its
-//! hold must get `LockLost` from `unlock()`; and whenever a holder's `check()` says `Ok`, the
-//! witness must still show that holder (read before the check). Issue 11's bugs 3 (a paused
+//! The witness knows leases (one word: the newest token that entered, and the token inside): a
+//! holder that enters while an older one is inside must have been told `owner_died()`; one
+//! that arrives after a newer one entered must already get `LockLost` from `check()`; a holder
+//! that finds, on leaving, that a newer one entered during its hold must get `LockLost` from
+//! `unlock()`; and whenever a holder's `check()` says `Ok`, the witness must still show it
+//! inside (read before the check). Issue 11's bugs 3 (a paused
 //! claimer's lease write hit a reused slot: two holders) and 8 (nobody timed a dead taker's
 //! pre-grant behind lapped takers: stalls of seconds) are what this is built to catch; run it
 //! against the code before the fix and it fails (docs/TESTING.md).
@@ -24,7 +26,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-use common::chaos::{Rng, mono_ns, pid_dead, pid_stopped, signal};
+use common::chaos::{Rng, mono_ns, pid_stopped, signal};
 use common::{Shm, TempDir, Worker, role};
 use fairlock::{Error, FairLock, LockGuard};
 
@@ -37,9 +39,11 @@ const MAX_GAP: Duration = Duration::from_millis(1000);
 const WITNESS: usize = 0;
 const STOP: usize = 1;
 const LOG_N: usize = 2;
-const TAKEN_OVER: usize = 3;
+/// Grants made while an earlier holder was still inside (it died or was taken over).
+const OVERLAPS: usize = 3;
 const CHECKS: usize = 4;
-const LOST_CHECKS: usize = 5;
+/// `LockLost` seen by holders: leases taken over.
+const LOST: usize = 5;
 const EXTENDS: usize = 6;
 const LOG_BASE: usize = 16;
 const LOG_CAP: usize = 200_000;
@@ -78,44 +82,61 @@ fn log_grant(shm: &Shm, token: u64) {
     }
 }
 
-fn me() -> u64 {
-    u64::from(std::process::id())
+/// The witness word: the newest token that ever entered (high half) and the token inside now
+/// (low half, 0 if none).
+fn parts(v: u64) -> (u64, u64) {
+    (v >> 32, v & 0xFFFF_FFFF)
 }
 
-/// A new holder enters: whoever is still inside either died or was taken over, and then we
-/// were told `owner_died()`.
-fn enter(shm: &Shm, g: &LockGuard<'_>) {
-    let prev = shm.atomic(WITNESS).swap(me(), SeqCst);
-    if prev == 0 {
-        return;
+/// A holder enters. If a newer token already entered, we were taken over before we got here:
+/// our `check` must say so, and we record nothing (false). Else we are the newest and inside;
+/// if someone still was inside, it died or was taken over, and we were told `owner_died()`.
+fn enter(shm: &Shm, g: &LockGuard<'_>) -> bool {
+    let mine = g.token();
+    let w = shm.atomic(WITNESS);
+    let mut cur = w.load(SeqCst);
+    loop {
+        if parts(cur).0 > mine {
+            assert!(
+                matches!(g.check(), Err(Error::LockLost)),
+                "token {mine} granted after a newer one entered, and check() says Ok"
+            );
+            shm.atomic(LOST).fetch_add(1, SeqCst);
+            return false;
+        }
+        match w.compare_exchange(cur, (mine << 32) | mine, SeqCst, SeqCst) {
+            Ok(_) => break,
+            Err(now) => cur = now,
+        }
     }
+    let inside = parts(cur).1;
     assert!(
-        g.owner_died(),
-        "two holders: token {} granted without owner_died while pid {prev} (dead: {}) was inside",
-        g.token(),
-        pid_dead(prev as u32)
+        inside == 0 || g.owner_died(),
+        "two holders: token {mine} granted without owner_died while token {inside} was inside"
     );
-    if !pid_dead(prev as u32) {
-        shm.atomic(TAKEN_OVER).fetch_add(1, SeqCst);
+    if inside != 0 {
+        shm.atomic(OVERLAPS).fetch_add(1, SeqCst);
     }
+    true
 }
 
-/// Works inside: each step reads the witness, then checks; `Ok` means nobody entered since us.
+/// Works inside: each step reads the witness, then checks; `Ok` means we are still the one
+/// inside.
 fn work(shm: &Shm, g: &LockGuard<'_>, rng: &mut Rng, leased: bool) {
     for _ in 0..1 + rng.below(3) {
-        let seen = shm.atomic(WITNESS).load(SeqCst);
+        let seen = parts(shm.atomic(WITNESS).load(SeqCst)).1;
         match g.check() {
             Ok(()) => {
                 shm.atomic(CHECKS).fetch_add(1, SeqCst);
                 assert_eq!(
                     seen,
-                    me(),
-                    "two holders: check() is Ok for token {} but pid {seen} entered during the hold",
+                    g.token(),
+                    "two holders: check() is Ok for token {} but token {seen} is inside",
                     g.token()
                 );
             }
             Err(Error::LockLost) => {
-                shm.atomic(LOST_CHECKS).fetch_add(1, SeqCst);
+                shm.atomic(LOST).fetch_add(1, SeqCst);
                 return;
             }
             Err(e) => panic!("check: {e}"),
@@ -125,7 +146,10 @@ fn work(shm: &Shm, g: &LockGuard<'_>, rng: &mut Rng, leased: bool) {
                 Ok(()) => {
                     shm.atomic(EXTENDS).fetch_add(1, SeqCst);
                 }
-                Err(Error::LockLost) => return,
+                Err(Error::LockLost) => {
+                    shm.atomic(LOST).fetch_add(1, SeqCst);
+                    return;
+                }
                 Err(e) => panic!("extend: {e}"),
             }
         }
@@ -138,18 +162,21 @@ fn work(shm: &Shm, g: &LockGuard<'_>, rng: &mut Rng, leased: bool) {
     }
 }
 
-/// Leaves: if someone entered during our hold, `unlock` must say we lost the lock.
-fn leave(shm: &Shm, g: LockGuard<'_>) {
-    let token = g.token();
-    let alone = shm
-        .atomic(WITNESS)
-        .compare_exchange(me(), 0, SeqCst, SeqCst)
-        .is_ok();
+/// Leaves: if we are not the one inside any more, `unlock` must say we lost the lock.
+fn leave(shm: &Shm, g: LockGuard<'_>, entered: bool) {
+    let mine = g.token();
+    let alone = entered
+        && shm
+            .atomic(WITNESS)
+            .fetch_update(SeqCst, SeqCst, |v| {
+                (parts(v).1 == mine).then_some(v & !0xFFFF_FFFF)
+            })
+            .is_ok();
     let r = g.unlock();
     if !alone {
         assert!(
             matches!(r, Err(Error::LockLost)),
-            "two holders: unlock of token {token} said {r:?} although another holder entered during its hold"
+            "two holders: unlock of token {mine} said {r:?} although a newer holder entered during its hold"
         );
     }
 }
@@ -177,14 +204,44 @@ fn run_worker(r: &str) {
         } else {
             lock.lock().expect("lock")
         };
-        enter(&shm, &g);
+        let entered = enter(&shm, &g);
         log_grant(&shm, g.token());
-        work(&shm, &g, &mut rng, leased);
-        leave(&shm, g);
+        if entered {
+            work(&shm, &g, &mut rng, leased);
+        }
+        leave(&shm, g, entered);
         if leased {
             done += 1;
         }
     }
+}
+
+/// The two slots' words and lapped-taker records, read from the file (for a stall report).
+fn raw_slots(path: &std::path::Path) -> String {
+    let Ok(b) = std::fs::read(path) else {
+        return String::new();
+    };
+    let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let w = |v: u64| {
+        format!(
+            "(lap {} participant {} state {})",
+            v >> 20,
+            (v >> 8) & 0xfff,
+            v & 0xf
+        )
+    };
+    let so = u32::from_le_bytes(b[36..40].try_into().unwrap()) as usize;
+    let slot = |i: usize| {
+        let at = so + 64 * i;
+        format!(
+            "slot {i}: {} lapped [{} {} {}]",
+            w(u(at)),
+            w(u(at + 40)),
+            w(u(at + 48)),
+            w(u(at + 56))
+        )
+    };
+    format!("next {} head {}; {}; {}", u(64), u(128), slot(0), slot(1))
 }
 
 /// The test every worker runs as.
@@ -265,6 +322,10 @@ fn chaos_with_leases_pauses_and_two_slots() {
     let mut total = 0usize;
     let mut progress = (0u64, Instant::now(), false);
     while total < EVENTS {
+        assert!(
+            started.elapsed() < LIMIT,
+            "only {total} events in {LIMIT:?}"
+        );
         // A stall in the making: say what the queue looks like (once per stall).
         let granted = shm.read(LOG_N);
         if granted != progress.0 {
@@ -277,57 +338,12 @@ fn chaos_with_leases_pauses_and_two_slots() {
                 .map(|r| r.w.pid())
                 .collect();
             eprintln!(
-                "[chaos-leases] no grant for {:?}; stopped {stopped:?}; {:#?}",
+                "[chaos-leases] no grant for {:?}; stopped {stopped:?}; {:?}; {}",
                 progress.1.elapsed(),
-                fairlock::inspect(chaos.dir.join("lock"))
+                fairlock::inspect(chaos.dir.join("lock")),
+                raw_slots(&chaos.dir.join("lock")),
             );
-            if let Ok(b) = std::fs::read(chaos.dir.join("lock")) {
-                let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-                let so = u32::from_le_bytes(b[36..40].try_into().unwrap()) as usize;
-                let d = |w: u64| format!("(lap {} p {} s {})", w >> 20, (w >> 8) & 0xfff, w & 0xf);
-                eprintln!(
-                    "raw: next {} head {}; slot0 {} lapped {} {} {}; slot1 {} lapped {} {} {}",
-                    u(64),
-                    u(128),
-                    d(u(so)),
-                    d(u(so + 40)),
-                    d(u(so + 48)),
-                    d(u(so + 56)),
-                    d(u(so + 64)),
-                    d(u(so + 104)),
-                    d(u(so + 112)),
-                    d(u(so + 120))
-                );
-                let stopped_or_alive: Vec<String> = running
-                    .iter()
-                    .map(|r| format!("{}:{:?}", r.w.pid(), common::chaos::proc_state(r.w.pid())))
-                    .collect();
-                eprintln!("workers {stopped_or_alive:?}");
-            }
-            if std::env::var("FL_GDB").is_ok() {
-                for s in &survivors {
-                    let o = std::process::Command::new("gdb")
-                        .args([
-                            "-batch",
-                            "-ex",
-                            "thread apply all bt",
-                            "-p",
-                            &s.pid().to_string(),
-                        ])
-                        .output()
-                        .unwrap();
-                    eprintln!(
-                        "--- survivor {}:\n{}",
-                        s.pid(),
-                        String::from_utf8_lossy(&o.stdout)
-                    );
-                }
-            }
         }
-        assert!(
-            started.elapsed() < LIMIT,
-            "only {total} events in {LIMIT:?}"
-        );
         for s in survivors.iter_mut() {
             assert!(
                 !s.poll(),
@@ -448,13 +464,14 @@ fn chaos_with_leases_pauses_and_two_slots() {
     let worst = &worst[worst.len().saturating_sub(3)..];
     eprintln!(
         "[chaos-leases] {total} events in {elapsed:.1?}: {events:?}; crash points {point_hits:?}; \
-         {} workers, {} grants, {} takeovers seen by the witness, checks {} ok / {} lost, {} \
-         extends; largest gaps (gap, token before, token after) {worst:?}",
+         {} workers, {} grants, {} grants while an earlier holder was still inside, {} checks \
+         ok, {} LockLost seen by taken-over holders, {} extends; largest gaps (gap, token \
+         before, token after) {worst:?}",
         chaos.spawned,
         log.len(),
-        shm.read(TAKEN_OVER),
+        shm.read(OVERLAPS),
         shm.read(CHECKS),
-        shm.read(LOST_CHECKS),
+        shm.read(LOST),
         shm.read(EXTENDS),
     );
     let mut by_between: Vec<(u64, Duration)> = gaps
@@ -473,7 +490,7 @@ fn chaos_with_leases_pauses_and_two_slots() {
         );
     }
     assert!(log.len() > 1000, "too few grants: {}", log.len());
-    assert!(shm.read(TAKEN_OVER) > 0, "no lease was ever taken over");
+    assert!(shm.read(LOST) > 0, "no lease was ever taken over");
     let lock = FairLock::open(chaos.dir.join("lock")).expect("open");
     let g = lock.lock_timeout(Duration::from_secs(10)).expect("lock");
     assert!(g.token() > log.iter().map(|e| e.1).max().unwrap_or(0));

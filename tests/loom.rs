@@ -9,18 +9,20 @@
 //! accesses not ordered by happens-before) holding the log of tokens, which must be increasing.
 //!
 //! Re-entrancy is process-local bookkeeping in the API layer (a depth counter on the guard of
-//! the owning thread), not part of `core`, so there is no model for it here.
+//! the owning thread), not part of `core`, so there is no model for it here. Slot reuse, the
+//! lease protocol across reuse, the died flag across reuse and the clean-up of a dead
+//! participant's entry are modelled (issue 11: the proofs could not see bugs that needed them).
 #![cfg(loom)]
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
-use fairlock::core::lease::Lease;
+use fairlock::core::lease::{Lease, LeaseField};
 use fairlock::core::model::ModelPlatform;
-use fairlock::core::recover::{Watch, recover};
 use fairlock::core::word::{LapRelation, relate};
 use fairlock::core::{
-    Grant, LockState, Lost, Me, OwnedState, Platform, State, Tuning, WaitError, Word, advance,
-    check, extend, lock, release, try_lock,
+    Claim, Grant, LockState, Lost, Me, OwnedState, Platform, Published, State, Tuning, WaitError,
+    Watch, Word, advance, check, claim_granted, clean_up_participant, extend, lock, publish,
+    recover, release, try_lock,
 };
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
@@ -55,8 +57,12 @@ struct World {
 
 impl World {
     fn new(auto_tick: u64) -> Arc<World> {
+        World::with_slots(4, auto_tick)
+    }
+
+    fn with_slots(slots: u32, auto_tick: u64) -> Arc<World> {
         Arc::new(World {
-            st: OwnedState::new(4, 4),
+            st: OwnedState::new(slots, 4),
             p: ModelPlatform::new(auto_tick),
             log: UnsafeCell::new(Vec::new()),
         })
@@ -101,23 +107,19 @@ fn word(st: &LockState<'_>, t: u64) -> Word {
     Word(st.slot(t).word.load(Acquire))
 }
 
-/// Publishes a waiter for the next ticket without blocking (as `core::tests::enqueue`).
-fn enqueue(st: &LockState<'_>, participant: u32) -> u64 {
+/// Publishes a waiter for the next ticket without blocking, with the real `publish`.
+fn enqueue(st: &LockState<'_>, p: &ModelPlatform, me: &Me) -> u64 {
     let t = st.header().next_ticket.fetch_add(1, Relaxed);
-    let slot = st.slot(t);
-    let w = Word(slot.word.load(Acquire));
-    assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);
-    let waiting = Word::new(st.lap(t), participant, State::Waiting, false);
-    slot.word
-        .compare_exchange(w.0, waiting.0, Relaxed, Relaxed)
-        .unwrap();
-    t
+    match publish(st, p, t, me, None, &tuning(), &mut Watch::default()).expect("publish") {
+        Published::Waiting(_) => t,
+        _ => panic!("ticket {t} should wait"),
+    }
 }
 
 /// After a model: the lock is free and nobody is queued, so `try_lock` gets the next token.
 fn assert_free(w: &World, expect_token: u64) {
     let st = w.view();
-    let g = try_lock(&st, &w.p, &me(3))
+    let g = try_lock(&st, &w.p, &me(3), &tuning())
         .expect("consistent")
         .expect("lock left free");
     assert_eq!(g.token(), expect_token);
@@ -187,7 +189,7 @@ fn try_lock_races_lock() {
         let w2 = w.clone();
         let trier = thread::spawn(move || {
             let st = w2.view();
-            let g = try_lock(&st, &w2.p, &me(2)).expect("consistent")?;
+            let g = try_lock(&st, &w2.p, &me(2), &tuning()).expect("consistent")?;
             w2.enter(&g);
             release(&st, &w2.p, &g, 2).unwrap();
             Some(g.token())
@@ -260,7 +262,7 @@ fn release_races_recover_and_advance() {
         let w = World::new(1);
         let st = w.view();
         let g = lock(&st, &w.p, &me(1), None, &tuning()).unwrap();
-        let t = enqueue(&st, 2);
+        let t = enqueue(&st, &w.p, &me(2));
         let w1 = w.clone();
         let holder = thread::spawn(move || {
             let st = w1.view();
@@ -339,12 +341,12 @@ fn extend_races_takeover() {
         let st = w.view();
         let g = lock(&st, &w.p, &leased(1, 1), None, &tuning()).unwrap();
         assert!(g.leased);
-        let t = enqueue(&st, 2);
+        let t = enqueue(&st, &w.p, &me(2));
         w.p.advance(5_000_000); // the 1 ms lease has run out
         let w1 = w.clone();
         let holder = thread::spawn(move || {
             let st = w1.view();
-            extend(&st, &w1.p, &g, 1, 100)
+            extend(&st, &w1.p, g.ticket, 1, 100)
         });
         let w2 = w.clone();
         let taker = thread::spawn(move || {
@@ -359,10 +361,10 @@ fn extend_races_takeover() {
                 assert_eq!(w.state_of(0), Some(State::Held));
                 assert_eq!(check(&st, &w.p, &g, 1), Ok(()));
                 assert_eq!(wt.state(), Some(State::Waiting));
-                assert!(matches!(
-                    Lease::decode(st.slot(0).lease.load(Acquire), st.lap(0)),
-                    Lease::Until(_)
-                ));
+                assert_eq!(
+                    LeaseField(st.slot(0).lease.load(Acquire)).lease(),
+                    Lease::Leased
+                );
             }
             Err(Lost) => {
                 assert_eq!(w.state_of(0), Some(State::Revoked));
@@ -383,7 +385,7 @@ fn release_races_takeover() {
         let w = World::new(0);
         let st = w.view();
         let g = lock(&st, &w.p, &leased(1, 1), None, &tuning()).unwrap();
-        let t = enqueue(&st, 2);
+        let t = enqueue(&st, &w.p, &me(2));
         w.p.advance(5_000_000);
         let w1 = w.clone();
         let holder = thread::spawn(move || {
@@ -410,5 +412,261 @@ fn release_races_takeover() {
             }
         }
         assert_eq!(w.state_of(t + 1), None, "exactly one grant");
+    });
+}
+
+/// Slot reuse: a 2-slot array and four tickets, so both slots are used by two laps; two
+/// threads lock and unlock twice each. Mutual exclusion (the log), tokens 1..4 in
+/// critical-section order, the lock left free.
+#[test]
+fn two_slots_reused_by_four_tickets() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let w = World::with_slots(2, 0);
+        let hs: Vec<_> = (1..=2)
+            .map(|i| {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let a = w.lock_unlock(i).token();
+                    let b = w.lock_unlock(i).token();
+                    assert!(a < b);
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(w.log(), [1, 2, 3, 4]);
+        assert_free(&w, 5);
+    });
+}
+
+/// A lease-aware witness of mutual exclusion (atomics, not loom's cell: a holder taken over
+/// may legitimately still be inside when the next one enters). One word: the newest token that
+/// ever entered (high half) and the token inside now (low half, 0 if none). Entering: a newer
+/// token has entered already means we were taken over before we got here — our `check` must
+/// say so, and we record nothing; else we are the newest and inside, and if someone still was,
+/// we must have been told `died`. `check` may not say `Ok` unless we are the one inside.
+/// Leaving: if we are not the one inside any more, our release must say `Lost`.
+struct LeaseWitness(loom::sync::atomic::AtomicU64);
+
+impl LeaseWitness {
+    /// Returns whether we recorded ourselves (false: we were already taken over).
+    fn enter(&self, st: &LockState<'_>, p: &ModelPlatform, g: &Grant, who: u32) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mine = g.token();
+        let mut cur = self.0.load(SeqCst);
+        loop {
+            if cur >> 32 > mine {
+                assert_eq!(
+                    check(st, p, g, who),
+                    Err(Lost),
+                    "taken over, yet check is Ok"
+                );
+                return false;
+            }
+            match self
+                .0
+                .compare_exchange(cur, (mine << 32) | mine, SeqCst, SeqCst)
+            {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        let inside = cur & 0xFFFF_FFFF;
+        assert!(
+            inside == 0 || g.died,
+            "two holders: token {mine} entered without the died flag while {inside} was inside"
+        );
+        true
+    }
+
+    fn check(&self, st: &LockState<'_>, p: &ModelPlatform, g: &Grant, who: u32) {
+        let seen = self.0.load(std::sync::atomic::Ordering::SeqCst) & 0xFFFF_FFFF;
+        if check(st, p, g, who).is_ok() {
+            assert_eq!(
+                seen,
+                g.token(),
+                "check Ok for {} while {seen} is inside",
+                g.token()
+            );
+        }
+    }
+
+    fn leave(&self, st: &LockState<'_>, p: &ModelPlatform, g: &Grant, who: u32, entered: bool) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let me = g.token();
+        let alone = entered
+            && self
+                .0
+                .fetch_update(SeqCst, SeqCst, |v| {
+                    (v & 0xFFFF_FFFF == me).then_some(v & !0xFFFF_FFFF)
+                })
+                .is_ok();
+        let r = release(st, p, g, who);
+        assert!(
+            alone || r == Err(Lost),
+            "release {r:?} of {me} after another entered"
+        );
+    }
+}
+
+/// Bug 3 of issue 11. A leased waiter (ticket 1) is granted; it claims — and may be preempted
+/// right after its claim CAS, or inside `extend` — while the waiter behind it (ticket 2) times
+/// its lease, takes it over, holds, releases, and takes ticket 3, which reuses ticket 1's slot
+/// (2 slots) with a lease of its own. The lease-aware witness must hold whatever the
+/// interleaving: the paused one used to write its deadline into ticket 3's lease and hold with
+/// it (two holders, and ticket 3 no longer taken over by its own lease).
+#[test]
+fn leased_claim_races_takeover_and_slot_reuse() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        // Every clock reading is 1 ms later: 1 ms leases run out on the next looks.
+        let w = World::with_slots(2, 1_000_000);
+        let witness = Arc::new(LeaseWitness(loom::sync::atomic::AtomicU64::new(0)));
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        let t1 = enqueue(&st, &w.p, &leased(1, 1));
+        release(&st, &w.p, &g0, 0).unwrap(); // grants ticket 1
+        // Ticket 2 after the release: with two slots it shares ticket 0's.
+        let t2 = enqueue(&st, &w.p, &leased(2, 1));
+        let (w1, x1) = (w.clone(), witness.clone());
+        let claimer = thread::spawn(move || {
+            let st = w1.view();
+            if let Claim::Held(g) = claim_granted(&st, &w1.p, t1, &leased(1, 1)).expect("ok") {
+                let entered = x1.enter(&st, &w1.p, &g, 1);
+                let _ = extend(&st, &w1.p, g.ticket, 1, 1);
+                x1.check(&st, &w1.p, &g, 1);
+                x1.leave(&st, &w1.p, &g, 1, entered);
+            }
+        });
+        let (w2, x2) = (w.clone(), witness.clone());
+        let behind = thread::spawn(move || {
+            let st = w2.view();
+            let mut watch = Watch::default();
+            for _ in 0..6 {
+                match claim_granted(&st, &w2.p, t2, &leased(2, 1)).expect("consistent") {
+                    Claim::Held(g) => {
+                        let entered = x2.enter(&st, &w2.p, &g, 2);
+                        x2.leave(&st, &w2.p, &g, 2, entered);
+                        // Ticket 3: ticket 1's slot, one lap on; a long lease of its own.
+                        let deadline = Some(w2.p.now_ns() + 8_000_000);
+                        if let Ok(g) = lock(&st, &w2.p, &leased(2, 1_000), deadline, &tuning()) {
+                            let entered = x2.enter(&st, &w2.p, &g, 2);
+                            x2.check(&st, &w2.p, &g, 2);
+                            x2.leave(&st, &w2.p, &g, 2, entered);
+                        }
+                        return;
+                    }
+                    Claim::Lost => panic!("ticket 2 skipped"),
+                    Claim::NotGranted(_) => {
+                        recover(&st, &w2.p, t2, &mut watch, &tuning());
+                    }
+                }
+            }
+        });
+        claimer.join().unwrap();
+        behind.join().unwrap();
+    });
+}
+
+/// The died flag across slot reuse: the holder of ticket 0 is dead; the waiter of ticket 1
+/// recovers it while a new taker takes ticket 2 — slot 0 again, one lap on — and would like to
+/// overwrite the `Revoked` word that tells the news. The waiter of ticket 1 must be told the
+/// owner died; the taker of ticket 2 must not be.
+#[test]
+fn died_flag_survives_slot_reuse() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let w = World::with_slots(2, 1);
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        w.enter(&g0);
+        let t1 = enqueue(&st, &w.p, &me(1));
+        w.p.set_dead(0, true);
+        let w1 = w.clone();
+        let waiter = thread::spawn(move || {
+            let st = w1.view();
+            let mut watch = Watch::default();
+            let g = loop {
+                match claim_granted(&st, &w1.p, t1, &me(1)).expect("consistent") {
+                    Claim::Held(g) => break g,
+                    Claim::Lost => panic!("live waiter skipped"),
+                    Claim::NotGranted(_) => {
+                        recover(&st, &w1.p, t1, &mut watch, &tuning());
+                        loom::thread::yield_now();
+                    }
+                }
+            };
+            w1.enter(&g);
+            release(&st, &w1.p, &g, 1).unwrap();
+            g
+        });
+        let w2 = w.clone();
+        let taker = thread::spawn(move || {
+            let st = w2.view();
+            let g = lock(&st, &w2.p, &me(2), None, &tuning()).expect("lock");
+            w2.enter(&g);
+            release(&st, &w2.p, &g, 2).unwrap();
+            g
+        });
+        let g1 = waiter.join().unwrap();
+        let g2 = taker.join().unwrap();
+        assert!(g1.died, "the holder after the dead one must be told");
+        assert!(!g2.died, "and only that one");
+        assert_eq!(w.log(), [1, 2, 3]);
+        assert_free(&w, 4);
+    });
+}
+
+/// A new process claims the participant entry of a dead holder (its beacon was free) and
+/// cleans up what it left, while the waiter behind recovers it: exactly one revocation, the
+/// waiter is granted with the died flag, and the new owner of the entry then locks in turn.
+#[test]
+fn participant_clean_up_races_recovery() {
+    loom::model(|| {
+        let w = World::new(1);
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(1), None, &tuning()).unwrap();
+        w.enter(&g0);
+        let t = enqueue(&st, &w.p, &me(2));
+        w.p.set_dead(1, true);
+        let w1 = w.clone();
+        let newcomer = thread::spawn(move || {
+            let st = w1.view();
+            // The entry's previous owner is dead; the newcomer is participant 1 from now on
+            // (in the model: declared alive again once the old one's leftovers are gone).
+            clean_up_participant(&st, &w1.p, 1);
+            w1.p.set_dead(1, false);
+        });
+        let w2 = w.clone();
+        let waiter = thread::spawn(move || {
+            let st = w2.view();
+            let mut watch = Watch::default();
+            loop {
+                match claim_granted(&st, &w2.p, t, &me(2)).expect("consistent") {
+                    Claim::Held(g) => break g,
+                    Claim::Lost => panic!("live waiter skipped"),
+                    Claim::NotGranted(_) => {
+                        recover(&st, &w2.p, t, &mut watch, &tuning());
+                        loom::thread::yield_now();
+                    }
+                }
+            }
+        });
+        newcomer.join().unwrap();
+        let g = waiter.join().unwrap();
+        assert!(g.died);
+        assert_eq!(w.state_of(0), Some(State::Revoked));
+        w.enter(&g);
+        release(&st, &w.p, &g, 2).unwrap();
+        assert_eq!(release(&st, &w.p, &g0, 1), Err(Lost));
+        let g = lock(&st, &w.p, &me(1), None, &tuning()).expect("the newcomer locks");
+        w.enter(&g);
+        release(&st, &w.p, &g, 1).unwrap();
+        assert_eq!(w.log(), [1, 2, 3]);
     });
 }
