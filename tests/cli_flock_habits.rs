@@ -69,7 +69,7 @@ fn nonblock_after_a_killed_holder_runs_and_is_told() {
         d.path(),
         r#"
         "$FL" run "$D/d.lock" sleep 3 >/dev/null 2>&1 & pid=$!
-        while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid"; do sleep 0.01; done
+        i=0; while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
         kill -9 $pid; wait $pid 2>/dev/null
         "$FL" status "$D/d.lock"
         "$FL" run -n "$D/d.lock" sh -c 'echo "ran died=$FAIRLOCK_OWNER_DIED"'; echo "n: $?"
@@ -96,7 +96,7 @@ fn zero_and_short_waits_after_a_killed_holder_run() {
         let script = format!(
             r#"
             "$FL" run "$D/d.lock" sleep 3 >/dev/null 2>&1 & pid=$!
-            while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid"; do sleep 0.01; done
+            i=0; while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
             kill -9 $pid; wait $pid 2>/dev/null
             "$FL" run -w {w} "$D/d.lock" sh -c 'echo "ran died=$FAIRLOCK_OWNER_DIED"'; echo "w: $?"
             "#
@@ -353,7 +353,7 @@ fn status_says_a_dead_holder_is_dead() {
         d.path(),
         r#"
         "$FL" run "$D/d.lock" sleep 3 >/dev/null 2>&1 & pid=$!
-        while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid"; do sleep 0.01; done
+        i=0; while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
         "$FL" status --json "$D/d.lock"; echo
         kill -9 $pid; wait $pid 2>/dev/null
         "$FL" status "$D/d.lock"; "$FL" status --json "$D/d.lock"
