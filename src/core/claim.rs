@@ -47,7 +47,7 @@ pub enum Claim {
 }
 
 /// One look at our published ticket `t` and, if it is `Granted`, the claim: CAS
-/// `Granted → Held` (the word keeps its died and leased flags), then [`claimed`].
+/// `Granted → Held` (the word keeps its died and leased flags), then the lease commit.
 pub fn claim_granted<P: Platform>(
     st: &LockState<'_>,
     p: &P,

@@ -14,7 +14,7 @@
 //!
 //! `Revoked` is final for the lap; after it the word follows (`Held → Revoked`, or
 //! `Granted → Skipped`), by the taker-over or by whoever sees the revoked lease next (the
-//! holder itself included: [`finish_revocation`]).
+//! holder itself included: `finish_revocation`).
 //!
 //! # Why a stale writer can never touch a later ticket's lease
 //!

@@ -11,15 +11,17 @@
 //! live ticket with one CAS on *its* slot word, waking exactly that waiter if it sleeps (and
 //! nudging the one behind it so it starts spinning). A ticket nobody has published yet is
 //! granted in advance (`Ready`) and claimed by its taker with one CAS: the uncontended path
-//! is `fetch_add` + CAS (claim) + CAS (release) + CAS (pre-grant the next ticket), no system
-//! call. Every decision about a ticket — grant vs. timeout, takeover vs. extension, release
-//! vs. revocation, skip vs. late claim — is a single CAS on one word; the loser re-reads and
+//! is `fetch_add` + CAS (claim) + a store (release: nobody else writes a live unleased holder's
+//! word) + CAS (pre-grant the next ticket), no system call and nothing else written. Every
+//! decision about a ticket — grant vs. timeout, takeover vs. extension, leased release vs.
+//! revocation, skip vs. late claim — is a single CAS on one word; the loser re-reads and
 //! follows the winner.
 //!
 //! # Notes about memory ordering
 //!
-//! * **Hand-over of the critical section.** The holder's release CAS (`Held → Done`) is
-//!   `Release`; the advancer reads that word with `Acquire` and grants the next ticket with an
+//! * **Hand-over of the critical section.** The holder's release (`Held → Done`: a store
+//!   without a lease, a CAS with one) is `Release`; the advancer reads that word with
+//!   `Acquire` and grants the next ticket with an
 //!   `AcqRel` CAS; the next holder reads its slot word with `Acquire` before claiming. So the
 //!   previous critical section happens-before the next one, whether the advancer is the
 //!   releasing thread or a helper in another process (the chain is release → acquire →
@@ -35,12 +37,18 @@
 //!   word (the wait returns at once) or after the waiter is queued (the wake finds it).
 //! * **`next_ticket`** is `Relaxed`: a ticket is only a number, and everything it orders goes
 //!   through slot words. **`head`** is a hint, only ever a lower bound of the first
-//!   non-final ticket; readers walk forward from it with `Acquire` loads of the words. It is
-//!   stored with `Release` after a walk, and a taker about to reuse a slot whose previous
-//!   ticket was revoked loads it with `Acquire`: the walk that passed that ticket (and carried
-//!   its died flag on) happens-before the reuse. Other readers load it `Relaxed`.
-//! * **Lease field.** Written by CAS only (the takeover and an extension race on it, and the
-//!   lap bits inside make a stale writer's CAS fail); read with `Acquire`, written `AcqRel`.
+//!   non-final ticket, and monotone; readers walk forward from it with `Acquire` loads of the
+//!   words. `advance` raises it with a `Release` compare-and-swap ([`frontier::raise_head`]),
+//!   and a taker about to reuse a slot whose previous ticket was revoked loads it with
+//!   `Acquire`: the grant that passed that ticket (and carried its died flag on) happens-before
+//!   the reuse. Other readers load it `Relaxed`.
+//! * **Lease field.** Written by CAS only, each write bumping a 44-bit version (so a stale
+//!   writer's CAS fails); read with `Acquire` *before* the word that vouches for it, written
+//!   `AcqRel`; the deadline in the participant entry is stored `Release` before the CAS that
+//!   publishes it and loaded `Acquire` after that field. See [`leasing`].
+//! * **Lapped-taker records** ([`lapped`]) are `Relaxed`: advice whose only effect is to pass
+//!   a ticket whose taker gave up (it wrote so after its last look) or is dead (the kernel's
+//!   beacon says so).
 //! * **Informational fields** (`stamp`, `tid`, `since`, `depth`) are `Relaxed` and never used
 //!   for a decision.
 
