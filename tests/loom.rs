@@ -637,10 +637,11 @@ fn participant_clean_up_races_recovery() {
         let w1 = w.clone();
         let newcomer = thread::spawn(move || {
             let st = w1.view();
-            // The entry's previous owner is dead; the newcomer is participant 1 from now on
-            // (in the model: declared alive again once the old one's leftovers are gone).
-            clean_up_participant(&st, &w1.p, 1);
+            // The entry's previous owner is dead; the newcomer claims its beacon first (as
+            // `Shared::open` does: that is how it learns the entry is free), so the entry is
+            // alive again while it cleans up.
             w1.p.set_dead(1, false);
+            clean_up_participant(&st, &w1.p, 1);
         });
         let w2 = w.clone();
         let waiter = thread::spawn(move || {
@@ -668,5 +669,91 @@ fn participant_clean_up_races_recovery() {
         w.enter(&g);
         release(&st, &w.p, &g, 1).unwrap();
         assert_eq!(w.log(), [1, 2, 3]);
+    });
+}
+
+/// Found by review: passing a lapped taker's given-up ticket replaces the previous lap's word
+/// of its slot, which may be a dead holder's `Revoked` — the only place the death's news lives
+/// until a grant passed it. A second walker starting from a `head` at or before the revoked
+/// ticket must still learn it: the next holder is told the owner died.
+#[test]
+fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let w = World::with_slots(2, 1);
+        let st = w.view();
+        // Ticket 0: held (fast path; head stays 0).
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        // Ticket 1: a waiter that times out. Ticket 2: a lapped taker (slot 0 is still ticket
+        // 0's) that times out, leaving a record that it gave up.
+        assert_eq!(
+            lock(&st, &w.p, &me(1), Some(0), &tuning()),
+            Err(WaitError::Timeout)
+        );
+        assert_eq!(
+            lock(&st, &w.p, &me(2), Some(0), &tuning()),
+            Err(WaitError::Timeout)
+        );
+        let w1 = w.clone();
+        // The holder's thread gives the lock up as dead (it exited or panicked holding).
+        let revoker = thread::spawn(move || {
+            let st = w1.view();
+            let _ = fairlock::core::revoke_own(&st, &w1.p, &g0, 0);
+        });
+        let w2 = w.clone();
+        let next = thread::spawn(move || {
+            let st = w2.view();
+            let g = lock(&st, &w2.p, &me(3), None, &tuning()).expect("lock");
+            w2.enter(&g);
+            release(&st, &w2.p, &g, 3).unwrap();
+            g
+        });
+        revoker.join().unwrap();
+        let g3 = next.join().unwrap();
+        assert_eq!(g3.ticket, 3);
+        assert!(
+            g3.died,
+            "ticket 3 follows a revoked holder: owner_died must be reported"
+        );
+    });
+}
+
+/// Found by review: `clean_up_participant` runs with the entry already alive again (the new
+/// owner holds its beacon). If a grant moves the dead process's waiting ticket between the
+/// clean-up's load and its CAS, the clean-up must follow it — else that ticket stays granted to
+/// a live participant that never claims it, and nobody ever skips it.
+#[test]
+fn clean_up_follows_a_ticket_granted_under_it() {
+    loom::model(|| {
+        let w = World::new(1);
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        // Ticket 1: a waiter of a process that died; participant 1 now belongs to a live one.
+        let t1 = enqueue(&st, &w.p, &me(1));
+        let t2 = enqueue(&st, &w.p, &me(2));
+        let w1 = w.clone();
+        let newcomer = thread::spawn(move || {
+            let st = w1.view();
+            clean_up_participant(&st, &w1.p, 1);
+        });
+        let w2 = w.clone();
+        let holder = thread::spawn(move || {
+            let st = w2.view();
+            release(&st, &w2.p, &g0, 0).unwrap();
+        });
+        newcomer.join().unwrap();
+        holder.join().unwrap();
+        let mut watch = Watch::default();
+        for _ in 0..3 {
+            recover(&st, &w.p, t2, &mut watch, &tuning());
+            w.p.advance(1 << 40);
+        }
+        assert_ne!(
+            w.state_of(t1),
+            Some(State::Granted),
+            "the dead process's ticket is left granted to the entry's new owner: stuck"
+        );
+        assert_eq!(w.state_of(t2), Some(State::Granted));
     });
 }

@@ -61,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             2 => {
-                if let Ok(Some(g)) = try_lock(&st, &p, &me) {
+                if let Ok(Some(g)) = try_lock(&st, &p, &me, &tuning) {
                     held.push((who, g));
                 }
             }
@@ -72,13 +72,13 @@ fuzz_target!(|data: &[u8]| {
             }
             5 => {
                 if let Some((w, g)) = held.last() {
-                    let _ = extend(&st, &p, g, *w, 1 + u64::from(op >> 4));
+                    let _ = extend(&st, &p, g.ticket, *w, 1 + u64::from(op >> 4));
                     let _ = check(&st, &p, g, *w);
                 }
             }
             6 => {
                 if let Some((w, g)) = held.pop() {
-                    revoke_own(&st, &p, &g, w);
+                    let _ = revoke_own(&st, &p, &g, w);
                 }
             }
             7 => {

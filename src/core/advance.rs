@@ -65,9 +65,15 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
             },
             LapRelation::Previous if state.is_final() => {
                 // A lapped taker that gave up or died (its record says so) is passed at once.
+                // The word we replace may be the previous lap's `Revoked` (or died-`Skipped`),
+                // the only place a death's news lives until a grant passed it: the `Skipped`
+                // we write carries it on, for any walker that comes this way after us (one
+                // killed right after this CAS must not lose it). At worst a death reported
+                // twice, never one lost.
                 if lapped::gone(slot, lap, p) {
-                    let given_up = Word::new(lap, 0, State::Abandoned, false);
-                    if cas(slot, w, given_up) {
+                    let news = died || carries_death(w);
+                    if cas(slot, w, Word::new(lap, 0, State::Skipped, news)) {
+                        died = news;
                         h = h.wrapping_add(1);
                     }
                     continue;
@@ -85,6 +91,13 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
             LapRelation::Previous | LapRelation::Behind => return,
         }
     }
+}
+
+/// Whether final word `w` is what tells the next holder that an owner died: `Revoked`, or a
+/// skipped grant that carried the died flag.
+#[inline]
+pub(crate) fn carries_death(w: Word) -> bool {
+    w.state() == Some(State::Revoked) || (w.state() == Some(State::Skipped) && w.died())
 }
 
 /// `advance(from, died = false)` after a normal release, with its most common first step

@@ -11,25 +11,41 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 /// waited for is revoked or skipped, before we publish anything under the same index — else a
 /// dead process's ticket would look like ours, alive. Then the queue is moved on.
 ///
-/// Only non-final words naming `participant` are touched (a `Ready` word names nobody), each
-/// by one CAS from the value read, so a word that changed meanwhile is left alone.
+/// Only non-final words naming `participant` are touched (a `Ready` word names nobody), by
+/// CAS from the value read, following the word while it still names the same ticket.
+///
+/// The new owner has claimed the entry's beacon before it gets here (it learns which entry is
+/// free by claiming it), so while it runs — or if it is stopped right there — the dead
+/// process's leftovers look alive to everyone else; they are cleared once it gets on.
 pub fn clean_up_participant<P: Platform>(st: &LockState<'_>, p: &P, participant: u32) {
     for i in 0..st.slot_count() {
         let slot = st.slot(i);
         // Acquire: see `advance`.
-        let w = Word(slot.word.load(Acquire));
-        if w.participant() != participant {
-            continue;
+        let mut w = Word(slot.word.load(Acquire));
+        // The word may move under us — granted (`Waiting → Granted`), nudged
+        // (`Sleeping → Waiting`) — while it still names the dead process's ticket: follow it
+        // until it is final or names another ticket. (One CAS that lost to a grant left the
+        // dead process's ticket granted to the entry's new, live owner, who never claims it:
+        // stuck for good.)
+        loop {
+            if w.participant() != participant {
+                break;
+            }
+            let to = match w.state() {
+                Some(State::Held) => State::Revoked,
+                Some(State::Waiting | State::Sleeping | State::Granted) => State::Skipped,
+                _ => break,
+            };
+            // AcqRel: as the grant CAS of `advance`.
+            match slot
+                .word
+                .compare_exchange(w.0, w.with_state(to).0, AcqRel, Acquire)
+            {
+                Ok(_) => break,
+                Err(now) if Word(now).lap() == w.lap() => w = Word(now),
+                Err(_) => break,
+            }
         }
-        let to = match w.state() {
-            Some(State::Held) => State::Revoked,
-            Some(State::Waiting | State::Sleeping | State::Granted) => State::Skipped,
-            _ => continue,
-        };
-        // AcqRel: as the grant CAS of `advance`.
-        let _ = slot
-            .word
-            .compare_exchange(w.0, w.with_state(to).0, AcqRel, Relaxed);
     }
     advance(st, p, st.header().head.load(Relaxed), false);
 }

@@ -11,9 +11,10 @@
 //! | 20..64 | `version` | bumped by every write (modulo 2^44)                              |
 //!
 //! Every write is a compare-and-swap from the value the writer read, to a value whose
-//! `version` is one more. A value therefore never comes back (that would take 2^44 writes to
-//! one slot), so a writer that stalled between its read and its CAS — for any time, while the
-//! slot moved on by any number of laps — always fails its CAS. (An earlier encoding kept 22 lap
+//! `version` is one more. A value therefore comes back only after 2^44 writes to that one slot
+//! (with a 2-slot array and millions of leased acquisitions a second, weeks; the slot word's
+//! 44-bit lap has the same horizon), so a writer that stalled between its read and its CAS —
+//! while the slot moved on by any number of laps short of that — fails its CAS. (An earlier encoding kept 22 lap
 //! bits next to a 41-bit deadline; a holder paused for 2^22 laps of a 2-slot array, about
 //! 0.1 s of uncontended use, could find the very value it had read and overwrite a later
 //! ticket's lease.)
@@ -29,7 +30,7 @@
 //! holder's participant entry: `CLOCK_MONOTONIC` milliseconds. Only the process that owns the
 //! entry writes it, always under a lock of its own (so two of its threads never interleave),
 //! and always before the CAS that publishes it (`Pending → Leased`, or `Leased → Leased` with
-//! a new version). A process holds at most one ticket of a lock at a time, so the entry's
+//! a new version). A process holds (`Held`) at most one ticket of a lock at a time, so the entry's
 //! deadline is the deadline of whichever ticket that process holds with `Leased`.
 //!
 //! Deadlines are `CLOCK_MONOTONIC`, so every process sharing a leased lock must be in the same

@@ -19,12 +19,18 @@
 //! # Why a stale writer can never touch a later ticket's lease
 //!
 //! * The field's value never repeats (its version rises with every write), so a CAS from a
-//!   value read before a stall fails if anyone wrote since, however many laps passed.
+//!   value read before a stall fails if anyone wrote since, however many laps passed (short of
+//!   2^44 writes to the slot).
 //! * A reader loads the **field first, then the word**, and trusts the field only if the word
 //!   still shows the ticket it asks about (lap, state, owner, `leased`). The owner of a later
 //!   lap writes the field only after it saw this ticket's word final, so a field value of a
 //!   later lap can never be read before a word that still shows this lap (the owner's
-//!   `Release` CAS of the field, our `Acquire` load of it, and coherence of the word).
+//!   `Release` CAS of the field, our `Acquire` load of it, and coherence of the word). A value
+//!   of an *earlier* lap (from before this ticket's announcement) is excluded differently:
+//!   every caller of `lease_of` has already seen this ticket's `leased` word — the owner wrote
+//!   the announcement itself, and a waiter behind loaded the word (`Acquire`, through the
+//!   release sequence of the publishing CAS) before it looks at the lease — so the
+//!   announcement happens-before the field load.
 //! * The deadline is written only by the process owning the participant entry, under its
 //!   lease lock, after checking (field, then word) that it still holds the ticket. If it lost
 //!   the ticket just after that check, the write lands in its own entry, which no other ticket

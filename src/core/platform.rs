@@ -10,7 +10,8 @@ use crate::primitive::AtomicU64;
 pub enum Liveness {
     /// Certainly alive (or cannot be shown dead).
     Alive,
-    /// Certainly dead: the kernel dropped its beacon, or it is a thread of ours that exited.
+    /// Certainly dead: the kernel dropped its beacon. (A thread of ours that exits while holding
+    /// gives its lock up itself; a live process is never called dead.)
     Dead,
 }
 

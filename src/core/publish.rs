@@ -1,7 +1,7 @@
 //! Publishing a ticket: the taker's one CAS that puts its participant (and, with a lease, the
 //! `leased` flag) into its slot — or claims the ticket at once if it was granted in advance.
 
-use super::advance::{advance, cas};
+use super::advance::{advance, carries_death, cas};
 use super::claim::{claimed, stamp_owner, stamp_since};
 use super::lapped;
 use super::layout::LockState;
@@ -38,6 +38,7 @@ pub fn publish<P: Platform>(
 ) -> Result<Published, WaitError> {
     let slot = st.slot(t);
     let lap = st.lap(t);
+    let mut recovered_at_deadline = false;
     loop {
         // The lease field first, then the word: a field read before a word that shows the
         // previous lap final (or our pre-grant) cannot be a later lap's (see `leasing`), so an
@@ -103,11 +104,17 @@ pub fn publish<P: Platform>(
                 // We also leave a record in the slot, so that if we give up or die here the
                 // queue passes our ticket at once instead of after the grace (`lapped`).
                 lapped::register(slot, lap, me.participant);
-                if deadline.is_some_and(|d| p.now_ns() >= d) {
+                let expired = deadline.is_some_and(|d| p.now_ns() >= d);
+                if expired && recovered_at_deadline {
                     lapped::give_up(slot, lap, me.participant);
                     return Err(WaitError::Timeout);
                 }
                 recover(st, p, t, watch, tuning);
+                if expired {
+                    // One look at what only the dead keep from us, then the slot again.
+                    recovered_at_deadline = true;
+                    continue;
+                }
                 p.pause(deadline);
             }
             LapRelation::Later => return Ok(Published::Skipped),
@@ -123,9 +130,7 @@ pub fn publish<P: Platform>(
 /// then we help: advance from `head` ourselves (which passes it, and may grant us in advance).
 #[inline]
 fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool {
-    let carries_death = prev.state() == Some(State::Revoked)
-        || (prev.state() == Some(State::Skipped) && prev.died());
-    if !carries_death {
+    if !carries_death(prev) {
         return true;
     }
     // Acquire: pairs with the Release raise of `head` in `advance`, made after the grant that

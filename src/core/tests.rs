@@ -372,3 +372,132 @@ fn recover_clears_a_run_of_dead_tickets_in_one_pass() {
     assert_eq!(w.state(), Some(State::Granted));
     assert!(w.died(), "the next holder must learn that the owner died");
 }
+
+// ---- Found by the adversarial review of issue 11's change (each failed before its fix). ----
+
+/// A dead holder's `Revoked` word is replaced when a walker passes a lapped taker's given-up
+/// ticket in the same slot; a walker killed right after that CAS must not take the death's news
+/// with it: the next holder is told.
+#[test]
+fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
+    let o = OwnedState::new(2, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let t = Tuning::default();
+    let _g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    // Ticket 1 waits and gives up; ticket 2 is lapped (slot 0 still ticket 0's) and gives up.
+    assert_eq!(lock(&st, &p, &me(1), Some(0), &t), Err(WaitError::Timeout));
+    assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
+    // The holder's thread exits holding: its word is revoked; the walk that follows passes
+    // ticket 2 by its record, replacing slot 0's Revoked word — and is killed right there.
+    let s0 = st.slot(0);
+    let revoked = word(&st, 0).with_state(State::Revoked);
+    s0.word.store(revoked.0, Relaxed);
+    assert!(super::lapped::gone(s0, st.lap(2), &p));
+    let passed = Word::new(st.lap(2), 0, State::Skipped, true);
+    s0.word
+        .compare_exchange(revoked.0, passed.0, Relaxed, Relaxed)
+        .unwrap();
+    let g3 = lock(&st, &p, &me(3), None, &t).unwrap();
+    assert_eq!(g3.ticket, 3);
+    assert!(g3.died, "owner_died lost");
+    // And the whole of it through the real code:
+    let o = OwnedState::new(2, 4);
+    let st = o.view();
+    let g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    assert_eq!(lock(&st, &p, &me(1), Some(0), &t), Err(WaitError::Timeout));
+    assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
+    revoke_own(&st, &p, &g0, 0).unwrap();
+    let g3 = lock(&st, &p, &me(3), None, &t).unwrap();
+    assert!(g3.ticket == 3 && g3.died);
+    let _ = g0;
+}
+
+/// A lapped `lock_timeout(0)` recovers once before it gives up: with only the dead ahead it
+/// gets the lock (it used to time out forever, the dead holder never revoked).
+#[test]
+fn a_lapped_zero_timeout_recovers_before_it_gives_up() {
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let t = Tuning::default();
+    let _g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let _t1 = enqueue(&st, 1);
+    p.set_dead(0, true);
+    p.set_dead(1, true);
+    let mut got = None;
+    for _ in 0..10 {
+        if let Ok(g) = lock(&st, &p, &me(2), Some(0), &t) {
+            got = Some(g);
+            break;
+        }
+    }
+    assert_ne!(
+        state_of(&st, 0),
+        Some(State::Held),
+        "the dead holder was never revoked"
+    );
+    let g = got.expect("only the dead were ahead");
+    assert!(g.died);
+}
+
+/// Many lapped takers timing out behind a long hold (a `lock_timeout(0)` storm on a 2-slot
+/// array): their runs are recorded, and the waiter that comes after the hold sits out no grace
+/// (it sat out one per ticket beyond three per slot).
+#[test]
+fn a_storm_of_lapped_timeouts_costs_no_grace() {
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(0);
+    let t = Tuning::default();
+    let g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let _t1 = enqueue(&st, 1);
+    for _ in 0..20 {
+        assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
+    }
+    release(&st, &p, &g0, 0).unwrap();
+    let g1 = match claim::claim_granted(&st, &p, 1, &me(1)).unwrap() {
+        claim::Claim::Held(g) => g,
+        c => panic!("{c:?}"),
+    };
+    release(&st, &p, &g1, 1).unwrap();
+    let next = st.header().next_ticket.load(Relaxed);
+    let mut watch = recover::Watch::default();
+    let mut graces = 0;
+    loop {
+        match recover::recover(&st, &p, next, &mut watch, &t) {
+            recover::Ahead::Unclaimed(_) => {
+                p.advance(t.grace_ns);
+                graces += 1;
+            }
+            recover::Ahead::Clear => break,
+            recover::Ahead::Busy => panic!("busy"),
+        }
+        assert!(graces < 100);
+    }
+    assert_eq!(graces, 0, "{graces} graces sat out");
+}
+
+/// `try_lock` waits for unclaimed pre-grants for one grace in all, not one per ticket.
+#[test]
+fn try_lock_waits_one_grace_at_most() {
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000_000); // each clock read: 1 ms
+    let t = Tuning::default();
+    let _g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let _t1 = enqueue(&st, 1);
+    // Tickets taken and never published, nor recorded (their takers died at once).
+    for _ in 0..20 {
+        st.header().next_ticket.fetch_add(1, Relaxed);
+    }
+    p.set_dead(0, true);
+    p.set_dead(1, true);
+    let before = p.now_ns();
+    let _ = try_lock(&st, &p, &me(3), &t).unwrap();
+    let ms = (p.now_ns() - before) / 1_000_000;
+    assert!(
+        ms < 2 * t.grace_ns / 1_000_000,
+        "try_lock blocked {ms} model ms"
+    );
+}

@@ -84,7 +84,8 @@ const TRY_ROUNDS: u32 = 8;
 /// Before it answers "busy" it recovers what only the dead are keeping: a dead holder is
 /// revoked, a dead waiter or grantee skipped, an expired lease taken over. A pre-grant that its
 /// taker has not claimed yet is waited for — the taker claims within nanoseconds, or it died
-/// between taking its ticket and claiming it — for at most the grace, after which it is skipped.
+/// between taking its ticket and claiming it — for at most one grace in all, after which it is
+/// skipped (and `try_lock` answers with whatever that leaves).
 pub fn try_lock<P: Platform>(
     st: &LockState<'_>,
     p: &P,
@@ -94,6 +95,10 @@ pub fn try_lock<P: Platform>(
     let hdr = st.header();
     let mut watch = Watch::default();
     let mut rounds = 0;
+    // Waiting for unclaimed pre-grants is bounded by one grace in all, not one per ticket: a
+    // run of tickets whose takers gave up or died unrecorded would otherwise hold `try_lock`
+    // for a grace each.
+    let give_up_at = p.now_ns().saturating_add(tuning.grace_ns);
     loop {
         let t = hdr.next_ticket.load(Relaxed);
         // Relaxed: only a pre-check; the claim re-reads with Acquire.
@@ -109,7 +114,13 @@ pub fn try_lock<P: Platform>(
                     return Ok(None);
                 }
             }
-            Ahead::Unclaimed(_) => p.pause(Some(p.now_ns().saturating_add(100_000))),
+            Ahead::Unclaimed(_) => {
+                let now = p.now_ns();
+                if now >= give_up_at {
+                    return Ok(None);
+                }
+                p.pause(Some(now.saturating_add(100_000).min(give_up_at)));
+            }
         }
     }
 }
