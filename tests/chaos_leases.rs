@@ -70,6 +70,14 @@ const POINTS: &[&str] = &[
     "takeover.revoked",
 ];
 
+/// The waiting array's size: 2, or `FL_SLOTS` (to explore other geometries by hand).
+fn slots() -> u32 {
+    std::env::var("FL_SLOTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
+
 /// Appends (token, grant time, pid) to the log; safe with overlapping holders.
 fn log_grant(shm: &Shm, token: u64) {
     let n = shm.atomic(LOG_N).fetch_add(1, SeqCst) as usize;
@@ -186,7 +194,7 @@ fn run_worker(r: &str) {
     let path = common::env("FL_LOCK");
     let leased = r == "leased";
     let mut o = FairLock::options();
-    o.slots(2);
+    o.slots(slots());
     if leased {
         o.lease(LEASE);
     }
@@ -300,7 +308,7 @@ fn chaos_with_leases_pauses_and_two_slots() {
     // The file is created with 2 slots before anyone else opens it.
     drop(
         FairLock::options()
-            .slots(2)
+            .slots(slots())
             .open(dir.join("lock"))
             .expect("create"),
     );
