@@ -67,13 +67,14 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                 // A lapped taker that gave up or died (its record says so) is passed at once.
                 // The word we replace may be the previous lap's `Revoked` (or died-`Skipped`),
                 // the only place a death's news lives until a grant passed it: the `Skipped`
-                // we write carries it on, for any walker that comes this way after us (one
-                // killed right after this CAS must not lose it). At worst a death reported
-                // twice, never one lost.
+                // we write carries our `died` on, for any walker that comes this way after us
+                // (one killed right after this CAS must not lose it). Our `died` already holds
+                // that news if it is still unreported: a walk starts at `head` or just after a
+                // granted ticket, so it reaches `h` with `h − N`'s death unreported only if it
+                // passed `h − N` itself. (Adding the replaced word's own flag reported deaths
+                // that a grant had already reported to a later, cleanly released holder.)
                 if lapped::gone(slot, lap, p) {
-                    let news = died || carries_death(w);
-                    if cas(slot, w, Word::new(lap, 0, State::Skipped, news)) {
-                        died = news;
+                    if cas(slot, w, Word::new(lap, 0, State::Skipped, died)) {
                         h = h.wrapping_add(1);
                     }
                     continue;

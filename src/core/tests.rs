@@ -501,3 +501,69 @@ fn try_lock_waits_one_grace_at_most() {
         "try_lock blocked {ms} model ms"
     );
 }
+
+// ---- Found by the second review (each failed before its fix). ----
+
+/// A holder that released normally is reported dead to the next holder: the walk that passes
+/// a given-up lapped ticket re-reads the previous lap's `Revoked` word, whose news a grant
+/// already delivered (to ticket 1), and hands it on again (to ticket 3).
+#[test]
+fn no_false_owner_died_after_a_normal_release() {
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let t = Tuning::default();
+    let g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let t1 = enqueue(&st, 1);
+    // Ticket 2 is lapped (slot 0 still ticket 0's, held) and times out: a run of one.
+    assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
+    assert!(super::lapped::gone(st.slot(2), st.lap(2), &p));
+    // Ticket 0's owner dies holding: revoked, ticket 1 granted and told (rightly).
+    revoke_own(&st, &p, &g0, 0).unwrap();
+    let g1 = match claim::claim_granted(&st, &p, t1, &me(1)).unwrap() {
+        claim::Claim::Held(g) => g,
+        c => panic!("{c:?}"),
+    };
+    assert!(g1.died);
+    // Ticket 1 releases normally: its Done store lands, and its thread is preempted before
+    // try_pregrant (or that CAS loses); ticket 3's taker arrives and its recover walks on.
+    let w1 = word(&st, 1);
+    st.slot(1).word.store(w1.with_state(State::Done).0, Relaxed);
+    let g3 = lock(&st, &p, &me(3), None, &t).unwrap();
+    assert_eq!(g3.ticket, 3);
+    // The releaser resumes.
+    let _ = advance::try_pregrant(&st, 2);
+    assert!(
+        !g3.died,
+        "owner_died reported although ticket 1 released normally"
+    );
+}
+
+/// One dead pre-grant ahead (its taker died between taking the ticket and claiming it),
+/// nobody holding: try_lock used to wait out the grace, skip it and take the lock.
+#[test]
+fn try_lock_skips_one_dead_pregrant() {
+    for tick in [1_000u64, 1_000_000] {
+        let o = OwnedState::new(4, 8);
+        let st = o.view();
+        let p = ModelPlatform::new(tick);
+        let t = Tuning::default();
+        st.header().next_ticket.fetch_add(1, Relaxed); // ticket 0: Ready, never claimed
+        let mut got = None;
+        for _ in 0..5 {
+            if let Some(g) = try_lock(&st, &p, &me(3), &t).unwrap() {
+                got = Some(g);
+                break;
+            }
+        }
+        assert_eq!(
+            state_of(&st, 0),
+            Some(State::Skipped),
+            "tick {tick}: never skipped"
+        );
+        assert!(
+            got.is_some(),
+            "tick {tick}: five try_locks, each a grace, all busy"
+        );
+    }
+}

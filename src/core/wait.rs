@@ -98,8 +98,11 @@ pub fn try_lock<P: Platform>(
     // Waiting for unclaimed pre-grants is bounded by one grace in all, not one per ticket: a
     // run of tickets whose takers gave up or died unrecorded would otherwise hold `try_lock`
     // for a grace each.
-    let give_up_at = p.now_ns().saturating_add(tuning.grace_ns);
+    // Counted from the first unclaimed pre-grant's first sighting, and checked against the
+    // time a pass *started*, so that the pass that decides has seen that one's grace out.
+    let mut give_up_at: Option<u64> = None;
     loop {
+        let started = p.now_ns();
         let t = hdr.next_ticket.load(Relaxed);
         // Relaxed: only a pre-check; the claim re-reads with Acquire.
         let w = Word(st.slot(t).word.load(Relaxed));
@@ -114,12 +117,14 @@ pub fn try_lock<P: Platform>(
                     return Ok(None);
                 }
             }
-            Ahead::Unclaimed(_) => {
+            Ahead::Unclaimed(seen) => {
                 let now = p.now_ns();
-                if now >= give_up_at {
+                let limit = *give_up_at
+                    .get_or_insert(now.saturating_sub(seen).saturating_add(tuning.grace_ns));
+                if started >= limit {
                     return Ok(None);
                 }
-                p.pause(Some(now.saturating_add(100_000).min(give_up_at)));
+                p.pause(Some(now.saturating_add(100_000).min(limit)));
             }
         }
     }
