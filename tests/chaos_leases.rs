@@ -26,8 +26,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-use common::chaos::{Rng, mono_ns, pid_stopped, signal};
-use common::{Shm, TempDir, Worker, role};
+use common::chaos::{Env, Rng, mono_ns, pid_stopped, signal};
+use common::{Shm, Worker, role};
 use fairlock::{Error, FairLock, LockGuard};
 
 const LEASE: Duration = Duration::from_millis(60);
@@ -262,29 +262,6 @@ fn worker_entry() {
     }
 }
 
-struct Chaos {
-    dir: TempDir,
-    spawned: usize,
-}
-
-impl Chaos {
-    fn spawn(&mut self, role: &str, envs: &[(&str, String)]) -> Worker {
-        self.spawned += 1;
-        let mut all = vec![
-            ("FL_LOCK", self.dir.join("lock").display().to_string()),
-            ("FL_SHM", self.dir.join("shm").display().to_string()),
-        ];
-        all.extend(envs.iter().cloned());
-        Worker::spawn(
-            self.dir.path(),
-            WORKER_ENTRY,
-            role,
-            &format!("{role}-{}", self.spawned),
-            &all,
-        )
-    }
-}
-
 /// A worker and what the parent knows of it.
 struct Running {
     w: Worker,
@@ -303,16 +280,14 @@ fn chaos_with_leases_pauses_and_two_slots() {
     const CONCURRENT: usize = 6;
     const LIMIT: Duration = Duration::from_secs(120);
     let mut rng = Rng::new("chaos-leases");
-    let dir = TempDir::new("chaos-leases");
-    let shm = Shm::create(&dir.join("shm"), LOG_BASE + 3 * LOG_CAP);
+    let (mut chaos, shm) = Env::new("chaos-leases", WORKER_ENTRY, LOG_BASE + 3 * LOG_CAP);
     // The file is created with 2 slots before anyone else opens it.
     drop(
         FairLock::options()
             .slots(slots())
-            .open(dir.join("lock"))
+            .open(chaos.path())
             .expect("create"),
     );
-    let mut chaos = Chaos { dir, spawned: 0 };
     let started = Instant::now();
     let seed = |rng: &mut Rng| rng.next().to_string();
     let mut survivors: Vec<Worker> = (0..2)
@@ -348,8 +323,8 @@ fn chaos_with_leases_pauses_and_two_slots() {
             eprintln!(
                 "[chaos-leases] no grant for {:?}; stopped {stopped:?}; {:?}; {}",
                 progress.1.elapsed(),
-                fairlock::inspect(chaos.dir.join("lock")),
-                raw_slots(&chaos.dir.join("lock")),
+                fairlock::inspect(chaos.path()),
+                raw_slots(&chaos.path()),
             );
         }
         for s in survivors.iter_mut() {
@@ -499,7 +474,7 @@ fn chaos_with_leases_pauses_and_two_slots() {
     }
     assert!(log.len() > 1000, "too few grants: {}", log.len());
     assert!(shm.read(LOST) > 0, "no lease was ever taken over");
-    let lock = FairLock::open(chaos.dir.join("lock")).expect("open");
+    let lock = FairLock::open(chaos.path()).expect("open");
     let g = lock.lock_timeout(Duration::from_secs(10)).expect("lock");
     assert!(g.token() > log.iter().map(|e| e.1).max().unwrap_or(0));
 }

@@ -28,8 +28,8 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-use common::chaos::{Rng, mono_ns, pid_dead, pid_stopped, proc_state, signal};
-use common::{Shm, TempDir, Worker, role, wait_until};
+use common::chaos::{Env, Rng, mono_ns, pid_dead, pid_stopped, proc_state, signal};
+use common::{Shm, Worker, role, wait_until};
 use fairlock::{Error, FairLock};
 
 // ---------------------------------------------------------------------------------------------
@@ -362,48 +362,6 @@ fn worker_entry() {
     }
 }
 
-struct Env {
-    dir: TempDir,
-    base: Vec<(&'static str, String)>,
-    spawned: usize,
-}
-
-impl Env {
-    fn new(test: &'static str, shm_words: usize) -> (Env, Shm) {
-        let dir = TempDir::new(test);
-        let shm = Shm::create(&dir.join("shm"), shm_words);
-        let base = vec![
-            ("FL_LOCK", dir.join("lock").display().to_string()),
-            ("FL_SHM", dir.join("shm").display().to_string()),
-        ];
-        (
-            Env {
-                dir,
-                base,
-                spawned: 0,
-            },
-            shm,
-        )
-    }
-
-    fn path(&self) -> std::path::PathBuf {
-        self.dir.join("lock")
-    }
-
-    fn spawn(&mut self, role: &str, envs: &[(&str, String)]) -> Worker {
-        self.spawned += 1;
-        let mut all = self.base.clone();
-        all.extend(envs.iter().cloned());
-        Worker::spawn(
-            self.dir.path(),
-            WORKER_ENTRY,
-            role,
-            &format!("{role}-{}", self.spawned),
-            &all,
-        )
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Chaos: random crash points and random kills, with two survivors always contending
 // ---------------------------------------------------------------------------------------------
@@ -442,6 +400,7 @@ fn chaos_random_kills_and_crash_points() {
     let mut rng = Rng::new("chaos");
     let (mut env, shm) = Env::new(
         "chaos_random_kills_and_crash_points",
+        WORKER_ENTRY,
         LOG_BASE + 3 * 400_000,
     );
     let started = Instant::now();
@@ -653,7 +612,11 @@ fn fifo_among_survivors_with_crashes_at_every_step() {
     const GROUPS_PER_ROUND: usize = 4;
     let _serial = serial();
     let started = Instant::now();
-    let (mut env, shm) = Env::new("fifo_among_survivors_with_crashes_at_every_step", 100_000);
+    let (mut env, shm) = Env::new(
+        "fifo_among_survivors_with_crashes_at_every_step",
+        WORKER_ENTRY,
+        100_000,
+    );
     let path = env.path();
     let lock = FairLock::open(&path).expect("open");
     let mut hits: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
@@ -766,6 +729,7 @@ fn recovery_latency_after_holder_kill() {
     let _serial = serial();
     let (mut env, shm) = Env::new(
         "recovery_latency_after_holder_kill",
+        WORKER_ENTRY,
         REC_BASE + REC_WORDS * (TRIALS + 2),
     );
     let path = env.path();
@@ -889,7 +853,11 @@ fn stopped_holder_past_its_lease_loses_the_lock() {
         return run_worker(&r);
     }
     let _serial = serial();
-    let (mut env, shm) = Env::new("stopped_holder_past_its_lease_loses_the_lock", 128);
+    let (mut env, shm) = Env::new(
+        "stopped_holder_past_its_lease_loses_the_lock",
+        WORKER_ENTRY,
+        128,
+    );
     let mut old = spawn_hold(&mut env, 0, 200, "report", &[]);
     wait_granted(&shm, 0, Duration::from_secs(20));
     signal(old.pid(), libc::SIGSTOP);
@@ -935,7 +903,7 @@ fn taker_whose_pending_lease_was_revoked_queues_again() {
 fn lease_pending_case(test: &'static str, requeue: bool) {
     const LEASE: u64 = 200;
     let _serial = serial();
-    let (mut env, shm) = Env::new(test, 128);
+    let (mut env, shm) = Env::new(test, WORKER_ENTRY, 128);
     let mut old = spawn_hold(
         &mut env,
         0,
@@ -1020,7 +988,11 @@ fn taker_stalled_past_the_grace_queues_again() {
         return run_worker(&r);
     }
     let _serial = serial();
-    let (mut env, shm) = Env::new("taker_stalled_past_the_grace_queues_again", 128);
+    let (mut env, shm) = Env::new(
+        "taker_stalled_past_the_grace_queues_again",
+        WORKER_ENTRY,
+        128,
+    );
     let mut slow = spawn_hold(
         &mut env,
         0,
@@ -1068,7 +1040,11 @@ fn holder_stopped_inside_extend_is_taken_over() {
     }
     const LEASE: u64 = 150;
     let _serial = serial();
-    let (mut env, shm) = Env::new("holder_stopped_inside_extend_is_taken_over", 128);
+    let (mut env, shm) = Env::new(
+        "holder_stopped_inside_extend_is_taken_over",
+        WORKER_ENTRY,
+        128,
+    );
     let mut old = spawn_hold(
         &mut env,
         0,
@@ -1113,7 +1089,11 @@ fn takeover_killed_midway_is_finished_by_the_next_waiter() {
     }
     let _serial = serial();
     for point in ["takeover.lease_revoked", "takeover.revoked"] {
-        let (mut env, shm) = Env::new("takeover_killed_midway_is_finished_by_the_next_waiter", 128);
+        let (mut env, shm) = Env::new(
+            "takeover_killed_midway_is_finished_by_the_next_waiter",
+            WORKER_ENTRY,
+            128,
+        );
         let mut old = spawn_hold(&mut env, 0, 100, "report", &[]);
         wait_granted(&shm, 0, Duration::from_secs(20));
         let mut taker = env.spawn("doomed", &[("FAIRLOCK_CRASH", point.to_string())]);

@@ -116,6 +116,23 @@ fn enqueue(st: &LockState<'_>, p: &ModelPlatform, me: &Me) -> u64 {
     }
 }
 
+/// A live waiter of published ticket `t`: recovers what is ahead until its grant comes, then
+/// claims it (with the real claim code).
+fn claim_when_granted(w: &World, t: u64, me: &Me) -> Grant {
+    let st = w.view();
+    let mut watch = Watch::default();
+    loop {
+        match claim_granted(&st, &w.p, t, me).expect("consistent") {
+            Claim::Held(g) => return g,
+            Claim::Lost => panic!("live waiter skipped"),
+            Claim::NotGranted(_) => {
+                recover(&st, &w.p, t, &mut watch, &tuning());
+                loom::thread::yield_now();
+            }
+        }
+    }
+}
+
 /// After a model: the lock is free and nobody is queued, so `try_lock` gets the next token.
 fn assert_free(w: &World, expect_token: u64) {
     let st = w.view();
@@ -590,17 +607,7 @@ fn died_flag_survives_slot_reuse() {
         let w1 = w.clone();
         let waiter = thread::spawn(move || {
             let st = w1.view();
-            let mut watch = Watch::default();
-            let g = loop {
-                match claim_granted(&st, &w1.p, t1, &me(1)).expect("consistent") {
-                    Claim::Held(g) => break g,
-                    Claim::Lost => panic!("live waiter skipped"),
-                    Claim::NotGranted(_) => {
-                        recover(&st, &w1.p, t1, &mut watch, &tuning());
-                        loom::thread::yield_now();
-                    }
-                }
-            };
+            let g = claim_when_granted(&w1, t1, &me(1));
             w1.enter(&g);
             release(&st, &w1.p, &g, 1).unwrap();
             g
@@ -644,20 +651,7 @@ fn participant_clean_up_races_recovery() {
             clean_up_participant(&st, &w1.p, 1);
         });
         let w2 = w.clone();
-        let waiter = thread::spawn(move || {
-            let st = w2.view();
-            let mut watch = Watch::default();
-            loop {
-                match claim_granted(&st, &w2.p, t, &me(2)).expect("consistent") {
-                    Claim::Held(g) => break g,
-                    Claim::Lost => panic!("live waiter skipped"),
-                    Claim::NotGranted(_) => {
-                        recover(&st, &w2.p, t, &mut watch, &tuning());
-                        loom::thread::yield_now();
-                    }
-                }
-            }
-        });
+        let waiter = thread::spawn(move || claim_when_granted(&w2, t, &me(2)));
         newcomer.join().unwrap();
         let g = waiter.join().unwrap();
         assert!(g.died);

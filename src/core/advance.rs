@@ -94,13 +94,6 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
     }
 }
 
-/// Whether final word `w` is what tells the next holder that an owner died: `Revoked`, or a
-/// skipped grant that carried the died flag.
-#[inline]
-pub(crate) fn carries_death(w: Word) -> bool {
-    w.state() == Some(State::Revoked) || (w.state() == Some(State::Skipped) && w.died())
-}
-
 /// `advance(from, died = false)` after a normal release, with its most common first step
 /// inlined (see [`try_pregrant`]).
 #[inline(always)]

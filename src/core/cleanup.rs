@@ -47,5 +47,6 @@ pub fn clean_up_participant<P: Platform>(st: &LockState<'_>, p: &P, participant:
             }
         }
     }
+    // Relaxed: any value `head` ever had is a valid place to start a walk (a lower bound).
     advance(st, p, st.header().head.load(Relaxed), false);
 }

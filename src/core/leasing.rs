@@ -199,6 +199,7 @@ pub(crate) fn expired<P: Platform>(
 /// died flag it carried), then grant the next ticket, with the died flag.
 pub(crate) fn take_over<P: Platform>(st: &LockState<'_>, p: &P, h: u64, w: Word, f: LeaseField) {
     let slot = st.slot(h);
+    // AcqRel: the extension CASes the same field; exactly one of us wins.
     if f.lease() != Lease::Revoked
         && slot
             .lease

@@ -1,7 +1,7 @@
 //! Publishing a ticket: the taker's one CAS that puts its participant (and, with a lease, the
 //! `leased` flag) into its slot — or claims the ticket at once if it was granted in advance.
 
-use super::advance::{advance, carries_death, cas};
+use super::advance::{advance, cas};
 use super::claim::{claimed, stamp_owner, stamp_since};
 use super::lapped;
 use super::layout::LockState;
@@ -120,6 +120,13 @@ pub fn publish<P: Platform>(
             LapRelation::Later => return Ok(Published::Skipped),
         }
     }
+}
+
+/// Whether final word `w` is what tells the next holder that an owner died: `Revoked`, or a
+/// skipped grant that carried the died flag.
+#[inline]
+fn carries_death(w: Word) -> bool {
+    w.state() == Some(State::Revoked) || (w.state() == Some(State::Skipped) && w.died())
 }
 
 /// Whether ticket `t` may reuse its slot, whose previous user `t - N` is final (`prev`).

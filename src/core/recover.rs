@@ -101,6 +101,7 @@ pub fn recover<P: Platform>(
                 // should be granted in advance. Help (from `start`, to carry the died flag),
                 // then look at it again.
                 advance(st, p, start, false);
+                // Acquire: as the load above; only to see whether the help changed anything.
                 if Word(slot.word.load(Acquire)) == w {
                     return Ahead::Busy; // could not (a corrupt file); do not spin
                 }

@@ -1,5 +1,8 @@
-//! Helpers of the crash and chaos suites: a seeded generator, the monotonic clock shared by
-//! processes, and what /proc says about a process.
+//! Helpers of the crash and chaos suites: a directory with a lock file, shared words and
+//! workers to spawn into it, a seeded generator, the monotonic clock shared by processes, and
+//! what /proc says about a process.
+
+use super::{Shm, TempDir, Worker};
 
 /// `CLOCK_MONOTONIC` in nanoseconds (the clock of `Instant`), comparable across processes.
 pub fn mono_ns() -> u64 {
@@ -63,5 +66,53 @@ impl Rng {
 
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// A test's directory: the lock file `lock`, the shared words `shm`, and the workers spawned
+/// into it (the test binary re-run as test `entry` with a role; they find both through
+/// `FL_LOCK` and `FL_SHM`).
+pub struct Env {
+    pub dir: TempDir,
+    entry: &'static str,
+    base: Vec<(&'static str, String)>,
+    pub spawned: usize,
+}
+
+impl Env {
+    /// A fresh directory for `test` with `shm_words` shared words; workers run as `entry`.
+    pub fn new(test: &'static str, entry: &'static str, shm_words: usize) -> (Env, Shm) {
+        let dir = TempDir::new(test);
+        let shm = Shm::create(&dir.join("shm"), shm_words);
+        let base = vec![
+            ("FL_LOCK", dir.join("lock").display().to_string()),
+            ("FL_SHM", dir.join("shm").display().to_string()),
+        ];
+        let env = Env {
+            dir,
+            entry,
+            base,
+            spawned: 0,
+        };
+        (env, shm)
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> std::path::PathBuf {
+        self.dir.join("lock")
+    }
+
+    /// Spawns a worker with `role` and `envs` on top of the base environment.
+    pub fn spawn(&mut self, role: &str, envs: &[(&str, String)]) -> Worker {
+        self.spawned += 1;
+        let mut all = self.base.clone();
+        all.extend(envs.iter().cloned());
+        Worker::spawn(
+            self.dir.path(),
+            self.entry,
+            role,
+            &format!("{role}-{}", self.spawned),
+            &all,
+        )
     }
 }

@@ -23,6 +23,7 @@ extern "C" fn save() {
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: as above; `old` is valid for writing.
     if unsafe { libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) } == 0 {
+        // Relaxed: written once, before main, before any other thread exists.
         SIGPIPE_IGNORED.store(old.sa_sigaction == libc::SIG_IGN, Relaxed);
     }
     // SAFETY: a zeroed sigset_t is a valid buffer for pthread_sigmask to fill.
@@ -56,6 +57,7 @@ pub fn ignored(sig: libc::c_int) -> bool {
 pub fn restore_in_child() -> io::Result<()> {
     // SAFETY: a zeroed sigaction with an empty mask and no flags is a valid argument.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    // Relaxed: see `save`; read in the forked child, a copy of memory written long before.
     sa.sa_sigaction = if SIGPIPE_IGNORED.load(Relaxed) {
         libc::SIG_IGN
     } else {
