@@ -12,5 +12,5 @@ fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/miri}"
 echo "== miri"
 start=$(date +%s)
-cargo +nightly miri test --lib "$@"
+cargo +nightly miri test -p fairlock --lib "$@"
 echo "== miri done in $(( $(date +%s) - start )) s"

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fairlock::FairLock;
-use fairlock::internal::validate_header;
+use fairlock::__internal::validate_header;
 use libfuzzer_sys::fuzz_target;
 
 static N: AtomicU64 = AtomicU64::new(0);
@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let path = dir.join(format!("{}.lock", N.fetch_add(1, Ordering::Relaxed)));
     std::fs::write(&path, data).unwrap();
     let foreign = !data.is_empty()
-        && !(data.len() >= 8 && (&data[..8] == b"FAIRLOCK" || &data[..8] == b"FAIRLOC?"));
+        && !(data.len() >= 8 && (&data[..8] == b"FAIRLOCK" || &data[..8] == b"FAIRLOC?" || &data[..8] == b"FAIRLOC!"));
     if let Ok(lock) = FairLock::open(&path) {
         // A file it accepted must be usable.
         if let Ok(g) = lock.try_lock() {

@@ -5,9 +5,9 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use fairlock::core::model::ModelPlatform;
-use fairlock::core::recover::{Watch, recover};
-use fairlock::core::{
+use fairlock::__internal::core::model::ModelPlatform;
+use fairlock::__internal::core::recover::{Watch, recover};
+use fairlock::__internal::core::{
     Grant, Me, OwnedState, Platform, Tuning, advance, check, extend, lock, release, revoke_own,
     try_lock,
 };

@@ -1,0 +1,333 @@
+//! [`FairLock`]: the strictly FIFO, cross-process lock.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::arc_guard::ArcLockGuard;
+use super::guard::LockGuard;
+use super::options::OpenOptions;
+use super::shared::{ExitWatch, Hold, Shared};
+use crate::core::{self, Grant, Me, Tuning, WaitError};
+use crate::error::{Error, Result};
+use crate::file::CreateOptions;
+use crate::sys::thread::ForkGuard;
+use crate::sys::{clock, thread};
+
+/// A strictly fair (first come, first served) lock shared by threads and processes through a
+/// memory-mapped lock file.
+///
+/// * Waiters are granted in the order they arrived, across threads and processes;
+///   [`FairLock::try_lock`] never jumps the queue.
+/// * Uncontended `lock` + `unlock` is a handful of atomic operations and no system call; a
+///   hand-off wakes only the next waiter (and nudges the one after it to spin).
+/// * A holder or waiter that dies never blocks the others: the next waiter takes over and
+///   learns it through [`LockGuard::owner_died`].
+/// * Every grant carries a fencing [`token`](LockGuard::token) that strictly increases.
+///
+/// `FairLock` is `Send + Sync`: share one handle between threads (for example in an `Arc`).
+/// Handles opened on the same file in one process share one mapping and one identity.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("fairlock-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let lock = fairlock::FairLock::open(dir.join("example.lock"))?;
+/// {
+///     let guard = lock.lock()?;
+///     println!("holding with token {}", guard.token());
+/// } // released here
+/// assert!(lock.try_lock().is_ok());
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct FairLock {
+    /// The view of the current process: one of `views`, replaced after a `fork`.
+    current: AtomicPtr<Shared>,
+    /// Every view this handle has used; keeps `current` alive.
+    views: Mutex<Vec<Arc<Shared>>>,
+    lease_ms: Option<u64>,
+    tuning: Tuning,
+    create: CreateOptions,
+}
+
+// SAFETY: all fields are Send + Sync except the raw pointer `current`, which always points into
+// an `Arc<Shared>` held by `views` (and `Shared` is Send + Sync), and is only dereferenced as
+// `&Shared` while `views` keeps the pointee alive.
+unsafe impl Send for FairLock {}
+// SAFETY: as for `Send`: shared access only ever produces `&Shared`, which is Sync.
+unsafe impl Sync for FairLock {}
+
+impl std::fmt::Debug for FairLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairLock")
+            .field("path", &self.path())
+            .field("lease_ms", &self.lease_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FairLock {
+    /// Opens the lock file at `path`, creating it (mode `0600`) if needed.
+    ///
+    /// # Errors
+    /// See [`OpenOptions::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<FairLock> {
+        OpenOptions::default().open(path)
+    }
+
+    /// A builder for opening with a lease, a file mode, and other options.
+    pub fn options() -> OpenOptions {
+        OpenOptions::default()
+    }
+
+    pub(crate) fn with_options(path: &Path, o: &OpenOptions) -> Result<FairLock> {
+        let shared = Shared::open(path, o.create_options())?;
+        let current = AtomicPtr::new(Arc::as_ptr(&shared).cast_mut());
+        Ok(FairLock {
+            current,
+            views: Mutex::new(vec![shared]),
+            lease_ms: o.lease_ms(),
+            tuning: o.tuning(),
+            create: *o.create_options(),
+        })
+    }
+
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        // SAFETY: `current` points into an Arc kept alive by `views` for as long as `self`.
+        let sh = unsafe { &*self.current.load(Acquire) };
+        &sh.path
+    }
+
+    /// This process's view of the file; after a `fork`, the child opens its own (new
+    /// participant, new beacon) so it never acts under its parent's identity.
+    #[inline]
+    pub(crate) fn shared(&self) -> Result<&Shared> {
+        // Acquire: pairs with the Release store below, so the new view is fully built.
+        let p = self.current.load(Acquire);
+        // SAFETY: `p` points into an Arc kept alive by `views` for as long as `self`.
+        let sh = unsafe { &*p };
+        if sh.is_current() {
+            return Ok(sh);
+        }
+        self.reopen_after_fork()
+    }
+
+    /// After a `fork`: this process's own view (opened now if no thread of ours did yet).
+    /// `views` is locked only under the fork lock, and never across the open (which may wait).
+    #[cold]
+    fn reopen_after_fork(&self) -> Result<&Shared> {
+        let path = match self.current_view() {
+            Ok(sh) => return Ok(sh),
+            Err(path) => path,
+        };
+        let fresh = Shared::open(&path, &self.create)?;
+        let _fork = ForkGuard::lock();
+        let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        // `Shared::open` joins a view another thread of ours opened meanwhile, so `fresh` is
+        // that one or new; either way it is pushed (a duplicate Arc is harmless) and kept.
+        let p = Arc::as_ptr(&fresh).cast_mut();
+        views.push(fresh);
+        self.current.store(p, Release);
+        // SAFETY: the Arc was just pushed into `views`, which lives as long as `self`.
+        Ok(unsafe { &*p })
+    }
+
+    /// Our current view if `views` has one (then made `current`), else the path to reopen.
+    fn current_view(&self) -> std::result::Result<&Shared, PathBuf> {
+        let _fork = ForkGuard::lock();
+        let views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = views.iter().find(|v| v.is_current()) {
+            let p = Arc::as_ptr(v).cast_mut();
+            self.current.store(p, Release);
+            // SAFETY: the Arc stays in `views` for as long as `self`.
+            return Ok(unsafe { &*p });
+        }
+        Err(views.last().map(|v| v.path.clone()).unwrap_or_default())
+    }
+
+    /// Waits in line for the lock.
+    ///
+    /// # Errors
+    /// [`Error::WouldDeadlock`] if this thread already holds it, [`Error::Corrupt`] if the
+    /// shared state is damaged.
+    #[inline]
+    pub fn lock(&self) -> Result<LockGuard<'_>> {
+        self.acquire(None, false)
+    }
+
+    /// Takes the lock only if it is free *and nobody is waiting*: it never jumps the queue.
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`] if it is held or has waiters; as [`FairLock::lock`] otherwise.
+    pub fn try_lock(&self) -> Result<LockGuard<'_>> {
+        self.try_acquire(false)
+    }
+
+    /// Waits in line for at most `timeout`. A waiter that times out gives up its ticket, so
+    /// nobody behind it waits for it; if the grant races the timeout, the grant wins.
+    /// `Duration::ZERO` takes the lock only if it is granted at once (like
+    /// [`try_lock`](FairLock::try_lock), after one recovery pass).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; otherwise as [`FairLock::lock`].
+    pub fn lock_timeout(&self, timeout: Duration) -> Result<LockGuard<'_>> {
+        self.acquire(Some(deadline_after(timeout)), false)
+    }
+
+    /// Waits in line until `deadline` at most (a deadline in the past gives up after one
+    /// recovery pass, as `lock_timeout(Duration::ZERO)`); otherwise as
+    /// [`lock_timeout`](FairLock::lock_timeout).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; otherwise as [`FairLock::lock`].
+    pub fn lock_until(&self, deadline: Instant) -> Result<LockGuard<'_>> {
+        self.acquire(Some(deadline_at(deadline)), false)
+    }
+
+    /// Like [`lock`](FairLock::lock), for a lock in an [`Arc`]: the guard owns a clone of the
+    /// `Arc` instead of borrowing the lock, so it can be stored in a struct or returned from
+    /// a function (as `parking_lot`'s `lock_arc`). Still not `Send`.
+    ///
+    /// # Errors
+    /// As [`FairLock::lock`].
+    pub fn lock_arc(self: &Arc<Self>) -> Result<ArcLockGuard> {
+        let guard = self.lock()?;
+        Ok(ArcLockGuard::new(Arc::clone(self), guard))
+    }
+
+    /// Like [`try_lock`](FairLock::try_lock), with an owned guard as
+    /// [`lock_arc`](FairLock::lock_arc).
+    ///
+    /// # Errors
+    /// As [`FairLock::try_lock`].
+    pub fn try_lock_arc(self: &Arc<Self>) -> Result<ArcLockGuard> {
+        let guard = self.try_lock()?;
+        Ok(ArcLockGuard::new(Arc::clone(self), guard))
+    }
+
+    /// Like [`lock_timeout`](FairLock::lock_timeout), with an owned guard as
+    /// [`lock_arc`](FairLock::lock_arc).
+    ///
+    /// # Errors
+    /// As [`FairLock::lock_timeout`].
+    pub fn lock_arc_timeout(self: &Arc<Self>, timeout: Duration) -> Result<ArcLockGuard> {
+        let guard = self.lock_timeout(timeout)?;
+        Ok(ArcLockGuard::new(Arc::clone(self), guard))
+    }
+
+    pub(crate) fn try_acquire(&self, reentrant: bool) -> Result<LockGuard<'_>> {
+        let sh = self.shared()?;
+        let tid = thread::current_tid();
+        if sh.holder_tid() == tid {
+            return self.reenter(sh, reentrant);
+        }
+        ExitWatch::arm();
+        let me = self.me(sh, tid);
+        let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);
+        match r.map_err(|e| wait_error(sh, e))? {
+            Some(g) => Ok(self.held(sh, tid, g)),
+            None => Err(Error::WouldBlock {
+                path: sh.path.clone(),
+            }),
+        }
+    }
+
+    #[cold]
+    fn reenter<'a>(&'a self, sh: &'a Shared, reentrant: bool) -> Result<LockGuard<'a>> {
+        if !reentrant {
+            return Err(Error::WouldDeadlock {
+                path: sh.path.clone(),
+            });
+        }
+        // Relaxed: only the holding thread (us) reads or writes these.
+        sh.hold.depth.fetch_add(1, Relaxed);
+        // The grant's lease, which the handle that took it chose (maybe not this one).
+        let (lease_ms, died) = Hold::grant_of(sh.hold.grant_meta.load(Relaxed));
+        let grant = Grant {
+            ticket: sh.hold.ticket.load(Relaxed),
+            died,
+            leased: lease_ms.is_some(),
+        };
+        Ok(LockGuard::new(sh, grant, thread::current_tid(), lease_ms))
+    }
+
+    #[inline(always)]
+    pub(crate) fn acquire(&self, deadline: Option<u64>, reentrant: bool) -> Result<LockGuard<'_>> {
+        let sh = self.shared()?;
+        let tid = thread::current_tid();
+        if sh.holder_tid() == tid {
+            return self.reenter(sh, reentrant);
+        }
+        ExitWatch::arm();
+        let st = sh.state();
+        // Relaxed: a ticket is only a number (see `core::lock`, of which this is the inlined
+        // fast path).
+        let t = st.header().next_ticket.fetch_add(1, Relaxed);
+        crate::crash_point!("acquire.ticket_taken");
+        let fast = match self.lease_ms {
+            None => core::claim_ready(&st, t, sh.participant),
+            Some(_) => None,
+        };
+        let g = match fast {
+            Some(g) => g,
+            None => self.contended(sh, tid, deadline, t)?,
+        };
+        Ok(self.held(sh, tid, g))
+    }
+
+    /// Everything but the uncontended path, out of line so that the inlined fast path builds
+    /// nothing it does not use.
+    #[cold]
+    #[inline(never)]
+    fn contended(&self, sh: &Shared, tid: u32, deadline: Option<u64>, t: u64) -> Result<Grant> {
+        let me = self.me(sh, tid);
+        core::lock_contended(&sh.state(), &sh.platform(), &me, deadline, &self.tuning, t)
+            .map_err(|e| wait_error(sh, e))
+    }
+
+    #[inline]
+    fn me(&self, sh: &Shared, tid: u32) -> Me {
+        Me {
+            participant: sh.participant,
+            tid,
+            lease_ms: self.lease_ms,
+        }
+    }
+
+    #[inline]
+    fn held<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
+        // Relaxed: these are read back only by this thread (see `Hold::owner`).
+        sh.hold.ticket.store(g.ticket, Relaxed);
+        sh.hold
+            .grant_meta
+            .store(Hold::meta(self.lease_ms, g.died), Relaxed);
+        sh.hold.depth.store(1, Relaxed);
+        sh.hold
+            .owner
+            .store(Shared::owner_key(tid, g.ticket), Relaxed);
+        LockGuard::new(sh, g, tid, self.lease_ms)
+    }
+}
+
+fn wait_error(sh: &Shared, e: WaitError) -> Error {
+    match e {
+        WaitError::Timeout => Error::Timeout {
+            path: sh.path.clone(),
+        },
+        WaitError::Corrupt(what) => Error::corrupt(&sh.path, what),
+    }
+}
+
+/// The monotonic deadline (`CLOCK_MONOTONIC` ns) `timeout` from now.
+pub(crate) fn deadline_after(timeout: Duration) -> u64 {
+    let ns = timeout.as_nanos().min(u128::from(u64::MAX / 2)) as u64;
+    clock::monotonic_ns().saturating_add(ns)
+}
+
+/// The monotonic deadline of `deadline` (std's `Instant` is `CLOCK_MONOTONIC` on Linux, but
+/// it is converted through "how long from now" so that nothing depends on that).
+pub(crate) fn deadline_at(deadline: Instant) -> u64 {
+    deadline_after(deadline.saturating_duration_since(Instant::now()))
+}

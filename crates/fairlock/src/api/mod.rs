@@ -1,0 +1,10 @@
+//! The public API: lock handles, guards, options, status.
+
+pub mod arc_guard;
+pub mod guard;
+pub mod lock;
+pub mod mutex;
+pub mod options;
+pub mod rlock;
+pub(crate) mod shared;
+pub mod status;

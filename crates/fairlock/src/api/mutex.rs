@@ -1,0 +1,278 @@
+//! [`FairMutex<T>`]: a fair lock with a value of type `T` in the lock file, next to the lock
+//! state — std's `Mutex<T>`, shared by processes.
+
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+use bytemuck::Pod;
+
+use super::guard::LockGuard;
+use super::options::OpenOptions;
+use crate::FairLock;
+use crate::core::layout::DataShape;
+use crate::error::{Error, Result};
+
+/// A strictly fair, crash-robust lock that guards a value of type `T` kept **in the lock
+/// file**: every thread and process that opens the path sees (under the lock) the same
+/// value, and the value outlives the processes — it survives reopening, a crash of its writer
+/// and a reboot (only the lock state is reset after a reboot; the value is the file's).
+///
+/// `T` is plain old data that accepts any bit pattern ([`bytemuck::Pod`]): another process
+/// may have written any bytes there, and a writer killed half-way leaves a half-written value.
+/// A new file starts with `T::zeroed()`. The file records `T`'s size, alignment and a type tag
+/// (a hash of [`std::any::type_name`]), and opening it as a `FairMutex` of another type is
+/// refused with [`Error::DataMismatch`]; the tag means a renamed or moved type is another type
+/// (and, as `type_name` is not guaranteed stable across compiler versions, keep the programs
+/// that share a file built by one compiler — or expect that error after an upgrade).
+///
+/// Fairness, crash recovery and fencing tokens are [`FairLock`]'s. When a holder dies or
+/// panics while holding, the next holder's guard reports [`owner_died`](MutexGuard::owner_died):
+/// the value may be half-updated, repair it (there is no poisoning that refuses access).
+///
+/// **No leases.** A `FairMutex` cannot be opened with [`OpenOptions::lease`]: a holder whose
+/// lease ran out would still hold `&mut T` while the next holder writes the same bytes, and
+/// nothing can take a reference back. A holder is therefore only ever taken over when it is
+/// dead. Use a [`FairLock`] with a lease and fencing tokens to guard data that lives elsewhere
+/// if holders may stall.
+///
+/// ```
+/// let path = std::env::temp_dir().join(format!("fairlock-mutex-{}.lock", std::process::id()));
+/// let counter = fairlock::FairMutex::<u64>::open(&path)?;
+/// {
+///     let mut n = counter.lock()?;   // waits its turn, FIFO across processes
+///     *n += 1;
+/// }
+/// assert_eq!(*counter.lock()?, 1);
+/// // Opening the same file as another type is refused:
+/// assert!(matches!(
+///     fairlock::FairMutex::<[u8; 3]>::open(&path),
+///     Err(fairlock::Error::DataMismatch { .. })
+/// ));
+/// # std::fs::remove_file(&path)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct FairMutex<T: Pod> {
+    lock: FairLock,
+    _data: PhantomData<T>,
+}
+
+impl<T: Pod> std::fmt::Debug for FairMutex<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairMutex")
+            .field("path", &self.lock.path())
+            .field("type", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the data area of a file for `T` looks like.
+fn shape_of<T: Pod>() -> DataShape {
+    DataShape {
+        size: std::mem::size_of::<T>() as u64,
+        align: std::mem::align_of::<T>() as u32,
+        tag: DataShape::tag_of(std::any::type_name::<T>()),
+    }
+}
+
+impl<T: Pod> FairMutex<T> {
+    /// Opens the lock file at `path` for a value of type `T`, creating it (mode `0600`, value
+    /// `T::zeroed()`) if needed.
+    ///
+    /// # Errors
+    /// See [`OpenOptions::open_mutex`].
+    pub fn open(path: impl AsRef<Path>) -> Result<FairMutex<T>> {
+        OpenOptions::default().open_mutex(path)
+    }
+
+    /// A builder; finish with [`OpenOptions::open_mutex`].
+    pub fn options() -> OpenOptions {
+        OpenOptions::default()
+    }
+
+    pub(crate) fn with_options(path: &Path, o: &OpenOptions) -> Result<FairMutex<T>> {
+        if o.lease_option().is_some() {
+            return Err(Error::InvalidOption {
+                what: format!(
+                    "{}: a FairMutex takes no lease (a holder taken over would still hold &mut {}); use a FairLock with a lease and fencing tokens for data kept elsewhere",
+                    path.display(),
+                    std::any::type_name::<T>()
+                ),
+            });
+        }
+        let want = shape_of::<T>();
+        if !want.is_valid() {
+            return Err(Error::InvalidOption {
+                what: format!(
+                    "{}: FairMutex<{}>: {} bytes with alignment {}; at most 1 GiB with alignment at most 4096",
+                    path.display(),
+                    std::any::type_name::<T>(),
+                    want.size,
+                    want.align
+                ),
+            });
+        }
+        // The file layer refuses a file of another shape before writing anything.
+        let lock = o.with_data(want, std::any::type_name::<T>()).open(path)?;
+        Ok(FairMutex {
+            lock,
+            _data: PhantomData,
+        })
+    }
+
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        self.lock.path()
+    }
+
+    /// Waits in line for the lock, then gives access to the value.
+    ///
+    /// # Errors
+    /// As [`FairLock::lock`]; [`Error::DataMismatch`] if, after a `fork`, the child reopened
+    /// the path and found another file there (one that does not hold a `T`).
+    #[inline]
+    pub fn lock(&self) -> Result<MutexGuard<'_, T>> {
+        MutexGuard::new(self.lock.lock()?)
+    }
+
+    /// Takes the lock only if it is free and nobody is waiting (it never jumps the queue).
+    ///
+    /// # Errors
+    /// [`Error::WouldBlock`]; as [`FairMutex::lock`] otherwise.
+    pub fn try_lock(&self) -> Result<MutexGuard<'_, T>> {
+        MutexGuard::new(self.lock.try_lock()?)
+    }
+
+    /// Waits in line for at most `timeout` (see [`FairLock::lock_timeout`]).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; as [`FairMutex::lock`] otherwise.
+    pub fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard<'_, T>> {
+        MutexGuard::new(self.lock.lock_timeout(timeout)?)
+    }
+
+    /// Waits in line until `deadline` at most (see [`FairLock::lock_until`]).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`]; as [`FairMutex::lock`] otherwise.
+    pub fn lock_until(&self, deadline: Instant) -> Result<MutexGuard<'_, T>> {
+        MutexGuard::new(self.lock.lock_until(deadline)?)
+    }
+}
+
+/// Proof of holding a [`FairMutex<T>`]: dereferences to the value in the file
+/// (`*guard += 1`). Dropping it releases the lock; dropping it while panicking gives the lock
+/// up as if its owner died, so the next holder sees [`owner_died`](MutexGuard::owner_died)
+/// and knows the value may be half-updated.
+///
+/// Not `Send`: the lock belongs to the thread that acquired it. A guard inherited through
+/// `fork` is the parent's: dereferencing it in the child panics (the parent may be writing the
+/// same bytes), and [`check`](MutexGuard::check) returns [`Error::LockLost`].
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct MutexGuard<'a, T: Pod> {
+    guard: LockGuard<'a>,
+    data: NonNull<T>,
+    _data: PhantomData<&'a mut T>,
+}
+
+impl<'a, T: Pod> MutexGuard<'a, T> {
+    #[inline]
+    fn new(guard: LockGuard<'a>) -> Result<MutexGuard<'a, T>> {
+        let sh = guard.shared();
+        if sh.geometry().data != shape_of::<T>() {
+            // Only after a fork: the child reopened the path and found another file there.
+            drop(guard);
+            return Err(Error::DataMismatch {
+                path: sh.path.clone(),
+                wanted: std::any::type_name::<T>(),
+                what: "after fork, the path names another lock file, without this data".into(),
+            });
+        }
+        let data = match sh.data() {
+            Some(p) => p.cast::<T>(),
+            None => NonNull::dangling(), // a zero-sized `T`
+        };
+        Ok(MutexGuard {
+            guard,
+            data,
+            _data: PhantomData,
+        })
+    }
+
+    /// The fencing token of this grant (see [`LockGuard::token`]).
+    pub fn token(&self) -> u64 {
+        self.guard.token()
+    }
+
+    /// True if the previous holder did not release the lock: it died or panicked while
+    /// holding, so the value may be half-updated (see [`LockGuard::owner_died`]; a
+    /// `FairMutex` has no leases, so here it always means a death).
+    pub fn owner_died(&self) -> bool {
+        self.guard.owner_died()
+    }
+
+    /// `Ok` while the lock is still ours.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] if this guard was inherited through `fork`, or the grant was
+    /// revoked.
+    pub fn check(&self) -> Result<()> {
+        self.guard.check()
+    }
+
+    /// Releases the lock and reports whether it was still ours.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] as for [`MutexGuard::check`].
+    pub fn unlock(self) -> Result<()> {
+        self.guard.unlock()
+    }
+
+    /// The value's address, after checking this process owns the grant.
+    #[inline]
+    fn ptr(&self) -> NonNull<T> {
+        assert!(
+            self.guard.shared().is_current(),
+            "{}: a FairMutex guard inherited through fork gives no access to the value: the lock is the parent's",
+            self.guard.shared().path.display()
+        );
+        self.data
+    }
+}
+
+impl<T: Pod> Deref for MutexGuard<'_, T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: `data` points to the file's data area, inside the mapping that the guard's
+        // view keeps alive for `'a`, aligned for `T` and `size_of::<T>()` long (the file's
+        // data shape was checked equal to `T`'s in `new`), or is dangling for a zero-sized
+        // `T`. Any bytes are a valid `T` (`Pod`). No one else accesses it while we hold the
+        // lock: every `FairMutex` user touches the value only through a guard, a holder is
+        // taken over only when dead (no leases), and a forked child's inherited guard is
+        // refused by `ptr`.
+        unsafe { self.ptr().as_ref() }
+    }
+}
+
+impl<T: Pod> DerefMut for MutexGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference made through
+        // this guard, and the lock makes the guard the only one.
+        unsafe { self.ptr().as_mut() }
+    }
+}
+
+impl<T: Pod + std::fmt::Debug> std::fmt::Debug for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("value", &**self)
+            .field("token", &self.token())
+            .field("owner_died", &self.owner_died())
+            .finish()
+    }
+}

@@ -1,0 +1,179 @@
+//! The builder behind [`FairLock::options`](crate::FairLock::options).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::core::Tuning;
+use crate::core::layout::DataShape;
+use crate::error::{Error, Result};
+use crate::file::CreateOptions;
+use crate::{FairLock, FairMutex, FairRLock};
+
+/// Default number of waiting-array slots of a new file: more concurrent waiters than this
+/// still work, but the extra ones poll for their slot.
+pub const DEFAULT_SLOTS: u32 = 256;
+/// Default number of participant entries (processes that can have the file open at once).
+pub const DEFAULT_PARTICIPANTS: u32 = 1024;
+/// The longest lease (2^41 ms, about 69 years) the file format can express.
+const MAX_LEASE_MS: u64 = (1 << 41) - 2;
+
+/// Options for opening a lock file. Created by [`FairLock::options`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let lock = fairlock::FairLock::options()
+///     .lease(Duration::from_secs(30))
+///     .mode(0o660)
+///     .open("/run/myapp/jobs.lock")?;
+/// # Ok::<(), fairlock::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    lease: Option<Duration>,
+    create: CreateOptions,
+    tuning: Tuning,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            lease: None,
+            create: CreateOptions {
+                create: true,
+                mode: 0o600,
+                slots: DEFAULT_SLOTS,
+                participants: DEFAULT_PARTICIPANTS,
+                init_wait: None,
+                data: DataShape::NONE,
+                data_type: "",
+            },
+            tuning: Tuning::default(),
+        }
+    }
+}
+
+impl OpenOptions {
+    /// Every grant made through this handle carries a lease of `d`: once it runs out, the next
+    /// waiter may take the lock over, and the old holder's `check`, `extend` and `unlock`
+    /// return [`Error::LockLost`]. Without a lease (the default) a lock is held until it is
+    /// released or its holder dies.
+    pub fn lease(&mut self, d: Duration) -> &mut Self {
+        self.lease = Some(d);
+        self
+    }
+
+    /// Permission bits of a newly created file (default `0o600`), before the umask.
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.create.mode = mode;
+        self
+    }
+
+    /// Whether to create the file if it does not exist (default `true`).
+    pub fn create(&mut self, create: bool) -> &mut Self {
+        self.create.create = create;
+        self
+    }
+
+    /// Waiting-array slots of a newly created file: a power of two in `2..=2^20` (default 256).
+    /// An existing file keeps its own.
+    pub fn slots(&mut self, n: u32) -> &mut Self {
+        self.create.slots = n;
+        self
+    }
+
+    /// Participant entries of a newly created file, `1..=4096` (default 1024). An existing
+    /// file keeps its own.
+    pub fn participants(&mut self, n: u32) -> &mut Self {
+        self.create.participants = n;
+        self
+    }
+
+    /// How long [`OpenOptions::open`] may wait when the file still has to be initialised (it is
+    /// empty, half-initialised, or from an earlier boot) and another process holds its
+    /// `flock`: another fairlock initialising it (milliseconds), or a foreign program such as
+    /// `flock(1)` holding the same empty file (as long as it likes). Default: wait as long as
+    /// it takes. `Duration::ZERO` does not wait. A valid file is opened without this lock.
+    pub fn init_timeout(&mut self, d: Duration) -> &mut Self {
+        self.create.init_wait = Some(d);
+        self
+    }
+
+    /// How long the next-in-line waiter spins before it parks (default 50 µs).
+    pub fn spin(&mut self, d: Duration) -> &mut Self {
+        self.tuning.spin_ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
+        self
+    }
+
+    /// Opens (by default creating) the lock file at `path`.
+    ///
+    /// # Errors
+    /// [`Error::NotALockFile`] for a non-empty file that is not a fairlock file (left
+    /// untouched), [`Error::Corrupt`] / [`Error::Incompatible`] for a damaged or newer-format
+    /// file, [`Error::InvalidPath`] for a symlink, directory, device or a file on a virtual
+    /// filesystem (procfs, sysfs, ...),
+    /// [`Error::InvalidOption`] for an out-of-range option, [`Error::InitLocked`] if the file
+    /// must be initialised and another process holds its `flock` past
+    /// [`OpenOptions::init_timeout`], [`Error::Io`] otherwise.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<FairLock> {
+        self.check()?;
+        FairLock::with_options(path.as_ref(), self)
+    }
+
+    /// Like [`OpenOptions::open`], for a re-entrant [`FairRLock`].
+    ///
+    /// # Errors
+    /// As [`OpenOptions::open`].
+    pub fn open_rlock(&self, path: impl AsRef<Path>) -> Result<FairRLock> {
+        Ok(FairRLock::from(self.open(path)?))
+    }
+
+    /// Like [`OpenOptions::open`], for a [`FairMutex<T>`](FairMutex): a lock with a value of
+    /// type `T` in the file next to it. A new file starts with `T::zeroed()`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] if a [`lease`](OpenOptions::lease) was set (a `FairMutex`
+    /// takes none: a holder taken over would still hold `&mut T`); [`Error::DataMismatch`] if
+    /// the file exists with no data or data of another type; as [`OpenOptions::open`]
+    /// otherwise.
+    pub fn open_mutex<T: bytemuck::Pod>(&self, path: impl AsRef<Path>) -> Result<FairMutex<T>> {
+        FairMutex::with_options(path.as_ref(), self)
+    }
+
+    /// These options for a `FairMutex` of `type_name`, whose data area is `data`.
+    pub(crate) fn with_data(&self, data: DataShape, type_name: &'static str) -> OpenOptions {
+        let mut o = self.clone();
+        o.create.data = data;
+        o.create.data_type = type_name;
+        o
+    }
+
+    /// The lease option, if set.
+    pub(crate) fn lease_option(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    fn check(&self) -> Result<()> {
+        if let Some(d) = self.lease
+            && (d.is_zero() || d.as_millis() > u128::from(MAX_LEASE_MS))
+        {
+            return Err(Error::InvalidOption {
+                what: format!("lease {d:?}: must be at least 1 ms and at most 2^41 ms"),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn create_options(&self) -> &CreateOptions {
+        &self.create
+    }
+
+    pub(crate) fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+
+    /// The lease in whole milliseconds (rounded up), if any.
+    pub(crate) fn lease_ms(&self) -> Option<u64> {
+        self.lease
+            .map(|d| (d.as_nanos().div_ceil(1_000_000)).min(u128::from(MAX_LEASE_MS)) as u64)
+    }
+}

@@ -1,0 +1,334 @@
+//! One open lock file per process: the mapping, our participant entry and beacon, and which of
+//! our threads holds the lock. Every handle to the same file (same device and inode) in a
+//! process shares it, so re-entrancy and `WouldDeadlock` are per (process, thread), and a
+//! process has one beacon per file.
+//!
+//! How a view is made ([`Shared::open`]), fork-safely: open and validate the file (which may
+//! wait for another process's initialisation, so it holds no lock of ours); look for an
+//! existing view (under the fork lock, briefly); create the beacon descriptor and register it
+//! for the fork handler in one section under the fork lock; claim a participant entry (an OFD
+//! lock on the new descriptor); clean up what the entry's dead previous user left; insert the
+//! view (under the fork lock) unless another thread of ours inserted one meanwhile — then ours
+//! is dropped and theirs used.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::core::layout::Participant;
+use crate::core::{self, LockState};
+use crate::error::{Error, Result};
+use crate::file::{CreateOptions, Mapping, open_lock_file};
+use crate::sys::ofd;
+use crate::sys::platform::SysPlatform;
+use crate::sys::thread::{self, ForkGuard};
+
+/// A process's view of one lock file.
+pub(crate) struct Shared {
+    pub(crate) path: PathBuf,
+    /// A descriptor of its own open file description, used only for beacons (OFD locks).
+    /// Never the one we mapped: a mapping keeps its open file description — and with it
+    /// every OFD lock on it — alive for as long as the mapping exists, which includes the copy
+    /// a forked child inherits. Our beacon must die with our process.
+    file: Beacon,
+    mapping: Mapping,
+    /// Our participant index.
+    pub(crate) participant: u32,
+    /// The fork generation this was opened in; a forked child opens its own.
+    pub(crate) fork_generation: u64,
+    /// This process's lock for writing its lease deadline (see `core::lease`).
+    lease_lock: Mutex<()>,
+    /// Which of our threads holds the lock; written on every grant.
+    pub(crate) hold: Hold,
+}
+
+/// Which of our threads holds the lock. On cache lines of its own: every grant to one of our
+/// threads writes it, and sharing a line with the read-mostly fields above made each such
+/// grant evict them from every other thread's cache (false sharing between our threads).
+/// 128 bytes, because AMD and Intel cores fetch adjacent line pairs.
+#[repr(align(128))]
+pub(crate) struct Hold {
+    /// `tid << 32 | (ticket as u32)` of our thread holding the lock, 0 if none.
+    pub(crate) owner: AtomicU64,
+    /// The held ticket (valid while `owner` names the calling thread).
+    pub(crate) ticket: AtomicU64,
+    /// The held grant's lease in ms (0 if none) `<< 1`, or 1 if it carried the died flag:
+    /// one word, so that taking the lock stores no more than before. A nested guard takes the
+    /// lease from here, not from its own handle: two handles on one file may differ in their
+    /// lease option.
+    pub(crate) grant_meta: AtomicU64,
+    /// Re-entrancy depth of the holding thread; its top bit (`guard::POISONED`) marks a grant
+    /// that a nested guard was dropped with while panicking: the outermost release then gives
+    /// the lock up as if its owner died.
+    pub(crate) depth: AtomicU32,
+}
+
+impl Hold {
+    /// The `grant_meta` word of a grant.
+    #[inline]
+    pub(crate) fn meta(lease_ms: Option<u64>, died: bool) -> u64 {
+        (lease_ms.unwrap_or(0) << 1) | u64::from(died)
+    }
+
+    /// The held grant's (lease in ms, died flag), from `grant_meta`.
+    pub(crate) fn grant_of(meta: u64) -> (Option<u64>, bool) {
+        (Some(meta >> 1).filter(|&ms| ms != 0), meta & 1 != 0)
+    }
+}
+
+/// The beacon descriptor, registered with the fork handler for as long as it is open.
+struct Beacon(Option<File>);
+
+impl Beacon {
+    fn file(&self) -> &File {
+        self.0.as_ref().expect("open until dropped")
+    }
+}
+
+impl Drop for Beacon {
+    fn drop(&mut self) {
+        // Unregistered and closed in one section under the fork lock: a fork in between would
+        // leave the child an unregistered copy keeping the beacon alive.
+        let fork = ForkGuard::lock();
+        if let Some(f) = self.0.take() {
+            thread::unregister_beacon_fd(&fork, f.as_raw_fd());
+            drop(f);
+        }
+    }
+}
+
+/// One entry of the table of open files: (device, inode), fork generation, the view.
+type OpenFile = ((u64, u64), u64, Weak<Shared>);
+
+/// The views of this process, by file. Locked only while holding the fork lock, so that no
+/// `fork` ever copies it locked.
+static OPEN_FILES: Mutex<Vec<OpenFile>> = Mutex::new(Vec::new());
+
+/// The table of open files, under the fork lock. Keep the section short: no waiting inside,
+/// and never drop an `Arc<Shared>` inside (the last one closes a beacon, which takes the
+/// fork lock): upgrade only what is returned.
+fn with_open_files<R>(f: impl FnOnce(&mut Vec<OpenFile>) -> R) -> R {
+    let _fork = ForkGuard::lock();
+    let mut open_files = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut open_files)
+}
+
+/// This process's view of file `id` opened in fork generation `generation`, if any.
+fn find(open_files: &mut Vec<OpenFile>, id: (u64, u64), generation: u64) -> Option<Arc<Shared>> {
+    open_files.retain(|(_, _, w)| w.strong_count() > 0);
+    open_files
+        .iter()
+        .find(|(i, g, _)| *i == id && *g == generation)
+        .and_then(|(_, _, w)| w.upgrade())
+}
+
+impl Shared {
+    /// Opens `path` (or joins this process's existing view of the same file).
+    pub(crate) fn open(path: &Path, o: &CreateOptions) -> Result<Arc<Shared>> {
+        thread::install_fork_handler();
+        let opened = open_lock_file(path, o)?;
+        let fork_generation = thread::fork_generation();
+        let id = opened.id;
+        if let Some(existing) = with_open_files(|o| find(o, id, fork_generation)) {
+            return Ok(existing); // our extra descriptor closes here; it holds no beacon
+        }
+        let beacon = open_beacon(&opened.file, opened.id, path)?;
+        drop(opened.file); // the mapping keeps what it needs
+        let participant = register(beacon.file(), &opened.mapping, path)?;
+        let shared = Arc::new(Shared {
+            path: path.to_path_buf(),
+            file: beacon,
+            mapping: opened.mapping,
+            participant,
+            fork_generation,
+            lease_lock: Mutex::new(()),
+            hold: Hold {
+                owner: AtomicU64::new(0),
+                ticket: AtomicU64::new(0),
+                grant_meta: AtomicU64::new(0),
+                depth: AtomicU32::new(0),
+            },
+        });
+        core::clean_up_participant(&shared.state(), &shared.platform(), participant);
+        let ours = shared.clone();
+        let chosen = with_open_files(|open_files| match find(open_files, id, fork_generation) {
+            Some(theirs) => theirs,
+            None => {
+                open_files.push((id, fork_generation, Arc::downgrade(&ours)));
+                ours
+            }
+        });
+        // If another thread of ours won the race, `shared` (and its beacon) goes here.
+        drop(shared);
+        Ok(chosen)
+    }
+
+    /// The shared state.
+    #[inline]
+    pub(crate) fn state(&self) -> LockState<'_> {
+        self.mapping.state()
+    }
+
+    /// The file's layout (its data area included).
+    pub(crate) fn geometry(&self) -> crate::core::Geometry {
+        self.mapping.geometry()
+    }
+
+    /// The start of the data area (see [`Mapping::data`]).
+    pub(crate) fn data(&self) -> Option<std::ptr::NonNull<u8>> {
+        self.mapping.data()
+    }
+
+    /// The platform, as seen through our file.
+    #[inline]
+    pub(crate) fn platform(&self) -> SysPlatform<'_> {
+        SysPlatform {
+            file: self.file.file(),
+            me: self.participant,
+            participants: self.mapping.geometry().participants,
+            lease_lock: &self.lease_lock,
+        }
+    }
+
+    /// Whether this view belongs to the current process (not inherited through `fork`).
+    #[inline]
+    pub(crate) fn is_current(&self) -> bool {
+        self.fork_generation == thread::fork_generation()
+    }
+}
+
+/// A second open file description of the same file (through `/proc/self/fd`, so it is the
+/// same inode even if the path was replaced meanwhile), for the beacon; created and registered
+/// with the fork handler in one section under the fork lock.
+fn open_beacon(file: &File, id: (u64, u64), path: &Path) -> Result<Beacon> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let open = |p: &Path, flags: libc::c_int| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC | flags)
+            .open(p)
+    };
+    let beacon = {
+        let fork = ForkGuard::lock();
+        // `/proc/self/fd/N` is a link to the very file we opened (followed: with O_NOFOLLOW it
+        // is refused with ELOOP, as every earlier version did, silently falling back to the
+        // path). Without /proc, the path itself, not followed (the same inode, checked below).
+        let f = open(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())), 0)
+            .or_else(|_| open(path, libc::O_NOFOLLOW))
+            .map_err(|e| Error::io(path, "reopen for the beacon", e))?;
+        if !thread::register_beacon_fd(&fork, f.as_raw_fd()) {
+            return Err(Error::TooManyOpenFiles {
+                path: path.to_path_buf(),
+                capacity: thread::MAX_BEACONS,
+            });
+        }
+        Beacon(Some(f))
+    };
+    let meta = beacon
+        .file()
+        .metadata()
+        .map_err(|e| Error::io(path, "stat", e))?;
+    if (meta.dev(), meta.ino()) != id {
+        return Err(Error::io(
+            path,
+            "reopen for the beacon",
+            std::io::Error::other("reopened a different file"),
+        ));
+    }
+    Ok(beacon)
+}
+
+/// Claims a free participant entry: the first whose beacon we can lock, starting at a spot
+/// derived from our pid so that concurrent openers rarely collide.
+fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<u32> {
+    let n = mapping.geometry().participants;
+    let pid = std::process::id();
+    let start = pid % n;
+    for k in 0..n {
+        let i = (start + k) % n;
+        if ofd::try_claim(file.as_fd(), i).map_err(|e| Error::io(path, "claim beacon", e))? {
+            let st = mapping.state();
+            if let Some(entry) = st.participant(i) {
+                note_claim(entry, pid);
+            }
+            return Ok(i);
+        }
+    }
+    Err(Error::TooManyParticipants {
+        path: path.to_path_buf(),
+        capacity: n,
+    })
+}
+
+fn note_claim(entry: &Participant, pid: u32) {
+    // Informational (status output); Relaxed.
+    entry.generation.fetch_add(1, Relaxed);
+    entry.pid.store(pid, Relaxed);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    entry.claimed_at.store(secs, Relaxed);
+}
+
+impl Shared {
+    /// The key stored in `owner` for thread `tid` holding ticket `t`.
+    #[inline]
+    pub(crate) fn owner_key(tid: u32, t: u64) -> u64 {
+        (u64::from(tid) << 32) | (t & 0xFFFF_FFFF)
+    }
+
+    /// The thread id of our thread holding the lock, 0 if none.
+    #[inline]
+    pub(crate) fn holder_tid(&self) -> u32 {
+        // Relaxed: a thread only ever finds its own id here if it stored it itself.
+        (self.hold.owner.load(Relaxed) >> 32) as u32
+    }
+}
+
+/// A thread-local whose destructor runs when a thread that has locked exits: any lock it
+/// still holds (a leaked guard) is given up as if its owner died, so the next waiter takes
+/// over and is told through `owner_died`.
+pub(crate) struct ExitWatch;
+
+thread_local! {
+    static EXIT_WATCH: ExitWatch = const { ExitWatch };
+}
+
+impl ExitWatch {
+    /// Makes sure the calling thread's destructor is registered (cheap after the first call).
+    #[inline]
+    pub(crate) fn arm() {
+        EXIT_WATCH.with(|_| ());
+    }
+}
+
+impl Drop for ExitWatch {
+    fn drop(&mut self) {
+        let tid = thread::current_tid();
+        // Collected under the lock, used (and possibly dropped: a view's last owner may go
+        // here, and its beacon takes the fork lock) after it.
+        let views: Vec<Arc<Shared>> = with_open_files(|open_files| {
+            open_files
+                .iter()
+                .filter_map(|(_, _, w)| w.upgrade())
+                .collect()
+        });
+        for sh in views {
+            if !sh.is_current() || sh.holder_tid() != tid {
+                continue;
+            }
+            // Relaxed: written by this very thread when it acquired.
+            let grant = core::Grant {
+                ticket: sh.hold.ticket.load(Relaxed),
+                died: false,
+                leased: false,
+            };
+            sh.hold.owner.store(0, Relaxed);
+            sh.hold.depth.store(0, Relaxed);
+            let _ = core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! The shared state's fixed layout: `#[repr(C)]` structs made only of atomics, so that any bit
+//! pattern another process writes is a valid value and no access is a data race.
+//!
+//! ```text
+//! offset 0                 Header        (192 bytes: constants, then next_ticket and head on
+//!                                         cache lines of their own)
+//! offset 192               Participant × P   (32 bytes each)
+//! offset slots_offset      Slot × N          (64 bytes each, one cache line, 64-aligned)
+//! ```
+//!
+//! `docs/FILE_FORMAT.md` is the contract; the assertions at the bottom keep the two in step.
+
+use crate::primitive::{AtomicU32, AtomicU64};
+
+/// `b"FAIRLOCK"` read as a little-endian `u64`: the last thing written when a file is created.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRLOCK");
+/// Written first while a file is being initialised; a file left with it was abandoned by a
+/// creator that died and may be initialised again.
+pub const MAGIC_PENDING: u64 = u64::from_le_bytes(*b"FAIRLOC?");
+/// Written first while the lock state of a valid file from an earlier boot is rewritten: the
+/// header and the data area are intact, so a file left with it is re-initialised again
+/// *keeping its data* (a `FairMutex<T>`'s value survives a crash during that rewrite).
+pub const MAGIC_REINIT: u64 = u64::from_le_bytes(*b"FAIRLOC!");
+/// The file-format version this crate reads and writes.
+pub const VERSION: u32 = 1;
+
+/// The file header. Fields above `next_ticket` are written once, at initialisation.
+#[repr(C)]
+pub struct Header {
+    /// [`MAGIC`] once initialised.
+    pub magic: AtomicU64,
+    /// [`VERSION`].
+    pub version: AtomicU32,
+    /// `size_of::<Header>()`.
+    pub header_size: AtomicU32,
+    /// Total size of the file in bytes.
+    pub file_size: AtomicU64,
+    /// Number of waiting-array slots `N` (a power of two).
+    pub slot_count: AtomicU32,
+    /// Number of participant entries `P`.
+    pub participant_count: AtomicU32,
+    /// Byte offset of the participant table.
+    pub participants_offset: AtomicU32,
+    /// Byte offset of the slot array (a multiple of 64).
+    pub slots_offset: AtomicU32,
+    /// Reserved flags, zero.
+    pub flags: AtomicU32,
+    /// Reserved, zero.
+    pub reserved0: AtomicU32,
+    /// The kernel boot id (`/proc/sys/kernel/random/boot_id`) of the boot that initialised the
+    /// file; a file from another boot is re-initialised (tickets kept, so tokens keep rising).
+    pub boot_id: [AtomicU64; 2],
+    /// The next ticket to hand out; taken with one `fetch_add`.
+    pub next_ticket: AtomicU64,
+    /// Reserved: pads `next_ticket` to its own cache line.
+    pub pad1: [AtomicU64; 7],
+    /// A hint: every ticket below `head` is final. Written when a ticket is granted.
+    pub head: AtomicU64,
+    /// Offset of the data area of a `FairMutex<T>` file (a multiple of 64 and of its
+    /// alignment), 0 for a lock without data. Read only when the file is opened, so sharing
+    /// `head`'s line costs nothing.
+    pub data_offset: AtomicU64,
+    /// Size of the data area in bytes (`size_of::<T>()`), 0 without data.
+    pub data_size: AtomicU64,
+    /// Alignment of the data (`align_of::<T>()`), 0 without data.
+    pub data_align: AtomicU32,
+    /// Reserved, zero.
+    pub reserved1: AtomicU32,
+    /// Type tag of the data (FNV-1a of `std::any::type_name::<T>()`), 0 without data.
+    pub data_tag: AtomicU64,
+    /// Reserved: pads `head`'s line.
+    pub pad2: [AtomicU64; 3],
+}
+
+/// One process taking part in the lock. Entry `i` belongs to whichever process holds an OFD
+/// write lock on byte `BEACON_BASE + i` of the file; the kernel drops that lock when the process
+/// dies, which is how others learn it died.
+#[repr(C)]
+pub struct Participant {
+    /// Bumped each time a process claims the entry.
+    pub generation: AtomicU64,
+    /// The claiming process's pid, in its own pid namespace (informational).
+    pub pid: AtomicU32,
+    /// Reserved, zero.
+    pub reserved0: AtomicU32,
+    /// Wall-clock seconds when the entry was claimed (informational).
+    pub claimed_at: AtomicU64,
+    /// The `CLOCK_MONOTONIC` millisecond at which the lease of the ticket this process holds
+    /// (with a `Leased` lease field) ends. Written only by the process owning the entry, under
+    /// its own lock, before the lease-field CAS that publishes it (see [`crate::core::lease`]).
+    pub lease_deadline_ms: AtomicU64,
+}
+
+/// One waiting-array slot, used by tickets `t ≡ i (mod N)` one lap after another.
+#[repr(C)]
+pub struct Slot {
+    /// The slot word, see [`crate::core::word`]. Every decision is a CAS on it.
+    pub word: AtomicU64,
+    /// Lease of the ticket using the slot, see [`crate::core::lease`].
+    pub lease: AtomicU64,
+    /// `ticket + 1` of the ticket whose `tid` and `since` follow (informational, for status).
+    pub stamp: AtomicU64,
+    /// `CLOCK_MONOTONIC_COARSE` nanoseconds when the stamp's ticket was published or claimed.
+    pub since: AtomicU64,
+    /// Kernel thread id of the ticket's owner (informational).
+    pub tid: AtomicU32,
+    /// Re-entrancy depth of the holder (informational; `FairRLock` keeps the real count).
+    pub depth: AtomicU32,
+    /// The earliest takers waiting for this slot while an earlier lap still uses it, and
+    /// whether they gave up: see [`crate::core::lapped`].
+    pub lapped: [AtomicU64; 3],
+}
+
+/// Size of the header in bytes.
+pub const HEADER_SIZE: usize = 192;
+/// Size of a participant entry in bytes.
+pub const PARTICIPANT_SIZE: usize = 32;
+/// Size of a slot in bytes.
+pub const SLOT_SIZE: usize = 64;
+
+#[cfg(not(loom))]
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<Header>() == HEADER_SIZE);
+    assert!(offset_of!(Header, magic) == 0);
+    assert!(offset_of!(Header, version) == 8);
+    assert!(offset_of!(Header, header_size) == 12);
+    assert!(offset_of!(Header, file_size) == 16);
+    assert!(offset_of!(Header, slot_count) == 24);
+    assert!(offset_of!(Header, participant_count) == 28);
+    assert!(offset_of!(Header, participants_offset) == 32);
+    assert!(offset_of!(Header, slots_offset) == 36);
+    assert!(offset_of!(Header, boot_id) == 48);
+    assert!(offset_of!(Header, next_ticket) == 64);
+    assert!(offset_of!(Header, head) == 128);
+    assert!(offset_of!(Header, data_offset) == 136);
+    assert!(offset_of!(Header, data_size) == 144);
+    assert!(offset_of!(Header, data_align) == 152);
+    assert!(offset_of!(Header, data_tag) == 160);
+    assert!(size_of::<Participant>() == PARTICIPANT_SIZE);
+    assert!(offset_of!(Participant, pid) == 8);
+    assert!(offset_of!(Participant, claimed_at) == 16);
+    assert!(offset_of!(Participant, lease_deadline_ms) == 24);
+    assert!(size_of::<Slot>() == SLOT_SIZE);
+    assert!(offset_of!(Slot, word) == 0);
+    assert!(offset_of!(Slot, lease) == 8);
+    assert!(offset_of!(Slot, stamp) == 16);
+    assert!(offset_of!(Slot, since) == 24);
+    assert!(offset_of!(Slot, tid) == 32);
+    assert!(offset_of!(Slot, depth) == 36);
+    assert!(offset_of!(Slot, lapped) == 40);
+    assert!(align_of::<Slot>() == 8 && align_of::<Header>() == 8);
+};
+
+/// Where each part of a file with `slots` slots and `participants` participant entries lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// `N`.
+    pub slots: u32,
+    /// `P`.
+    pub participants: u32,
+    /// Offset of the participant table.
+    pub participants_offset: usize,
+    /// Offset of the slot array.
+    pub slots_offset: usize,
+    /// The data area (all zero for a lock without data).
+    pub data: DataShape,
+    /// Offset of the data area (0 without data).
+    pub data_offset: usize,
+    /// Total size.
+    pub file_size: usize,
+}
+
+/// What the data area of a `FairMutex<T>` file holds: `T`'s size, alignment and type tag.
+/// A lock without data has all three zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataShape {
+    /// `size_of::<T>()`.
+    pub size: u64,
+    /// `align_of::<T>()`.
+    pub align: u32,
+    /// A tag naming the type (see [`DataShape::tag_of`]).
+    pub tag: u64,
+}
+
+/// The largest data area a file may have (1 GiB): larger is a mistake, not a lock.
+pub const MAX_DATA_SIZE: u64 = 1 << 30;
+/// The largest alignment of the data: a page (the mapping is page-aligned).
+pub const MAX_DATA_ALIGN: u32 = 4096;
+
+impl DataShape {
+    /// No data (a plain lock).
+    pub const NONE: DataShape = DataShape {
+        size: 0,
+        align: 0,
+        tag: 0,
+    };
+
+    /// The tag of a type named `name`: FNV-1a (64 bit) of the name's bytes, never 0.
+    pub fn tag_of(name: &str) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h.max(1)
+    }
+
+    /// Whether a file may hold this: none at all, or a size of at most [`MAX_DATA_SIZE`] with
+    /// a power-of-two alignment of at most [`MAX_DATA_ALIGN`] and a non-zero tag.
+    pub fn is_valid(&self) -> bool {
+        *self == DataShape::NONE
+            || (self.size <= MAX_DATA_SIZE
+                && self.align.is_power_of_two()
+                && self.align <= MAX_DATA_ALIGN
+                && self.tag != 0)
+    }
+}
+
+impl Geometry {
+    /// The layout for `slots` (a power of two) and `participants`; `None` if out of range.
+    pub fn new(slots: u32, participants: u32) -> Option<Geometry> {
+        Geometry::with_data(slots, participants, DataShape::NONE)
+    }
+
+    /// The layout of a file with a data area of shape `data` after the slots.
+    pub fn with_data(slots: u32, participants: u32, data: DataShape) -> Option<Geometry> {
+        if !slots.is_power_of_two()
+            || slots < 2
+            || slots.trailing_zeros() > crate::core::word::MAX_SLOT_SHIFT
+            || participants == 0
+            || participants > crate::core::word::MAX_PARTICIPANTS
+        {
+            return None;
+        }
+        let participants_offset = HEADER_SIZE;
+        let end = participants_offset + participants as usize * PARTICIPANT_SIZE;
+        let slots_offset = end.div_ceil(SLOT_SIZE) * SLOT_SIZE;
+        let slots_end = slots_offset + slots as usize * SLOT_SIZE;
+        if !data.is_valid() {
+            return None;
+        }
+        let (data_offset, file_size) = if data == DataShape::NONE {
+            (0, slots_end)
+        } else {
+            let align = (data.align as usize).max(SLOT_SIZE);
+            let offset = slots_end.div_ceil(align) * align;
+            (offset, (offset + data.size as usize).div_ceil(8) * 8)
+        };
+        Some(Geometry {
+            slots,
+            participants,
+            participants_offset,
+            slots_offset,
+            data,
+            data_offset,
+            file_size,
+        })
+    }
+
+    /// Where the lock state ends: the slot array's end (the data area, if any, follows).
+    pub fn state_size(&self) -> usize {
+        self.slots_offset + self.slots as usize * SLOT_SIZE
+    }
+
+    /// `log2(N)`.
+    pub fn slot_shift(&self) -> u32 {
+        self.slots.trailing_zeros()
+    }
+}
+
+/// A view of the shared state: the header, the participant table and the slots.
+///
+/// The lock algorithm works on this alone. Production code builds it over the mapping
+/// (the file layer); tests build it over heap memory ([`OwnedState`]). The slot count is fixed
+/// when the view is built, so nothing another process writes later can move an index out of
+/// bounds.
+#[derive(Clone, Copy)]
+pub struct LockState<'a> {
+    header: &'a Header,
+    participants: &'a [Participant],
+    slots: &'a [Slot],
+    shift: u32,
+}
+
+impl<'a> LockState<'a> {
+    /// A view over the given parts. `None` unless `slots.len()` is a power of two ≥ 2 within
+    /// range.
+    pub fn new(
+        header: &'a Header,
+        participants: &'a [Participant],
+        slots: &'a [Slot],
+    ) -> Option<LockState<'a>> {
+        let n = u32::try_from(slots.len()).ok()?;
+        let p = u32::try_from(participants.len()).ok()?;
+        Geometry::new(n, p)?;
+        Some(LockState {
+            header,
+            participants,
+            slots,
+            shift: n.trailing_zeros(),
+        })
+    }
+
+    /// A view over parts whose geometry the caller has validated (`slots.len()` a power of
+    /// two ≥ 2 with `log2` ≤ `MAX_SLOT_SHIFT`). Safe either way: a wrong length can only make
+    /// an index panic, never read out of bounds; checked in debug builds.
+    #[inline]
+    pub(crate) fn from_validated(
+        header: &'a Header,
+        participants: &'a [Participant],
+        slots: &'a [Slot],
+    ) -> LockState<'a> {
+        debug_assert!(LockState::new(header, participants, slots).is_some());
+        LockState {
+            header,
+            participants,
+            slots,
+            shift: slots.len().trailing_zeros(),
+        }
+    }
+
+    /// The header.
+    #[inline]
+    pub fn header(&self) -> &'a Header {
+        self.header
+    }
+
+    /// The slot of ticket `t`.
+    #[inline]
+    pub fn slot(&self, t: u64) -> &'a Slot {
+        // `slots.len() == 1 << shift`, so the masked index is in bounds.
+        &self.slots[(t & ((1u64 << self.shift) - 1)) as usize]
+    }
+
+    /// The lap of ticket `t`.
+    #[inline]
+    pub fn lap(&self, t: u64) -> u64 {
+        crate::core::word::lap_of(t, self.shift)
+    }
+
+    /// `log2(N)`.
+    #[inline]
+    pub fn slot_shift(&self) -> u32 {
+        self.shift
+    }
+
+    /// `N`.
+    #[inline]
+    pub fn slot_count(&self) -> u64 {
+        1u64 << self.shift
+    }
+
+    /// The participant entry `i`, if it exists.
+    #[inline]
+    pub fn participant(&self, i: u32) -> Option<&'a Participant> {
+        self.participants.get(i as usize)
+    }
+
+    /// Number of participant entries.
+    #[inline]
+    pub fn participant_count(&self) -> u32 {
+        self.participants.len() as u32
+    }
+}
+
+fn zeroed_u64s<const K: usize>() -> [AtomicU64; K] {
+    core::array::from_fn(|_| AtomicU64::new(0))
+}
+
+impl Header {
+    /// A zeroed header (heap-backed tests).
+    pub fn zeroed() -> Header {
+        Header {
+            magic: AtomicU64::new(0),
+            version: AtomicU32::new(0),
+            header_size: AtomicU32::new(0),
+            file_size: AtomicU64::new(0),
+            slot_count: AtomicU32::new(0),
+            participant_count: AtomicU32::new(0),
+            participants_offset: AtomicU32::new(0),
+            slots_offset: AtomicU32::new(0),
+            flags: AtomicU32::new(0),
+            reserved0: AtomicU32::new(0),
+            boot_id: zeroed_u64s(),
+            next_ticket: AtomicU64::new(0),
+            pad1: zeroed_u64s(),
+            head: AtomicU64::new(0),
+            data_offset: AtomicU64::new(0),
+            data_size: AtomicU64::new(0),
+            data_align: AtomicU32::new(0),
+            reserved1: AtomicU32::new(0),
+            data_tag: AtomicU64::new(0),
+            pad2: zeroed_u64s(),
+        }
+    }
+}
+
+impl Participant {
+    /// A zeroed entry.
+    pub fn zeroed() -> Participant {
+        Participant {
+            generation: AtomicU64::new(0),
+            pid: AtomicU32::new(0),
+            reserved0: AtomicU32::new(0),
+            claimed_at: AtomicU64::new(0),
+            lease_deadline_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Slot {
+    /// A zeroed slot: free for the first lap.
+    pub fn zeroed() -> Slot {
+        Slot {
+            word: AtomicU64::new(0),
+            lease: AtomicU64::new(0),
+            stamp: AtomicU64::new(0),
+            since: AtomicU64::new(0),
+            tid: AtomicU32::new(0),
+            depth: AtomicU32::new(0),
+            lapped: zeroed_u64s(),
+        }
+    }
+}
+
+/// Shared state on the heap, for tests under loom and Miri and for property tests.
+pub struct OwnedState {
+    header: Header,
+    participants: Vec<Participant>,
+    slots: Vec<Slot>,
+}
+
+impl OwnedState {
+    /// A fresh state with `slots` slots (a power of two ≥ 2) and `participants` entries.
+    ///
+    /// # Panics
+    /// If the geometry is out of range (a test-setup error).
+    pub fn new(slots: u32, participants: u32) -> OwnedState {
+        assert!(Geometry::new(slots, participants).is_some(), "bad geometry");
+        let slots: Vec<Slot> = (0..slots).map(|_| Slot::zeroed()).collect();
+        // A fresh file has ticket 0 granted in advance (see `file::initial_image`).
+        let ready = crate::core::word::Word::new(1, 0, crate::core::word::State::Ready, false);
+        slots[0]
+            .word
+            .store(ready.0, crate::primitive::Ordering::Relaxed);
+        OwnedState {
+            header: Header::zeroed(),
+            participants: (0..participants).map(|_| Participant::zeroed()).collect(),
+            slots,
+        }
+    }
+
+    /// The view the algorithm works on.
+    pub fn view(&self) -> LockState<'_> {
+        LockState::new(&self.header, &self.participants, &self.slots).expect("checked in new")
+    }
+}

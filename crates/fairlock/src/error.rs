@@ -1,0 +1,263 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Everything that can go wrong with a fair lock.
+///
+/// Every variant that concerns a lock file names it (`path`). `Display` states the problem
+/// once; the operating-system error behind [`Error::Io`] is its [`source`](std::error::Error::source),
+/// not part of its message, so error reporters that print the chain (`anyhow`'s `{:#}`, the
+/// `fairlock` command) print each cause once. An [`Error`] converts into an [`io::Error`]
+/// (with a matching [`io::ErrorKind`]) for code that speaks `io::Result`.
+///
+/// The variants for bad files ([`Error::Corrupt`], [`Error::Incompatible`],
+/// [`Error::NotALockFile`], [`Error::DataMismatch`]) guarantee that the file was not modified.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// `try_lock`: the lock is held, or others are queued for it (try_lock never jumps the queue).
+    WouldBlock {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// `lock_timeout` / `lock_until`: the deadline passed before the lock was granted. The
+    /// ticket was given up, so nobody queued behind it waits for it.
+    Timeout {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The calling thread already holds this (non-re-entrant) lock; waiting would never end.
+    WouldDeadlock {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The lock is no longer ours: it was taken over (lease expired, or the holder was judged
+    /// dead) or revoked, or the guard was inherited through `fork`. Anything done under it
+    /// since may have overlapped another holder; use the fencing token to reject stale writes
+    /// downstream.
+    LockLost {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The file is a fairlock file whose contents are inconsistent.
+    Corrupt {
+        /// The lock file.
+        path: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// The file is a fairlock file of a format this version does not understand.
+    Incompatible {
+        /// The lock file.
+        path: PathBuf,
+        /// What does not match.
+        what: String,
+    },
+    /// The file exists, is not empty and is not a fairlock file; it was left untouched.
+    NotALockFile {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A [`FairMutex<T>`](crate::FairMutex) was opened on a lock file whose data area does
+    /// not fit `T`: the file was created for another type (a different size, alignment or
+    /// type tag), or without data (by [`FairLock::open`](crate::FairLock::open)).
+    DataMismatch {
+        /// The lock file.
+        path: PathBuf,
+        /// The type the caller asked for (`std::any::type_name`).
+        wanted: &'static str,
+        /// What the file holds and what `wanted` needs.
+        what: String,
+    },
+    /// The path is not something a lock can live in (a symbolic link, a directory, a device).
+    InvalidPath {
+        /// The path.
+        path: PathBuf,
+        /// What it is.
+        what: &'static str,
+    },
+    /// Every participant entry of the lock file is in use by a live process.
+    TooManyParticipants {
+        /// The lock file.
+        path: PathBuf,
+        /// How many participant entries the file has.
+        capacity: u32,
+    },
+    /// This process has as many lock files open as it can track for `fork` (each needs a
+    /// beacon descriptor the fork handler can find without allocating).
+    TooManyOpenFiles {
+        /// The lock file that could not be opened.
+        path: PathBuf,
+        /// How many lock files one process can have open at once.
+        capacity: usize,
+    },
+    /// The file is not a valid lock file yet (empty, half-initialised, or from an earlier
+    /// boot) and another process holds its `flock` — another fairlock initialising it, or a
+    /// foreign program such as `flock(1)` — for longer than
+    /// [`OpenOptions::init_timeout`](crate::OpenOptions::init_timeout) allowed.
+    InitLocked {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// An option value is out of range, or options that do not go together.
+    InvalidOption {
+        /// Which option, and why.
+        what: String,
+    },
+    /// An operating-system call failed; the error it returned is [`source`](std::error::Error::source).
+    Io {
+        /// The lock file concerned (empty when none).
+        path: PathBuf,
+        /// What we were doing.
+        op: &'static str,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: &Path, op: &'static str, source: io::Error) -> Error {
+        Error::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(path: &Path, what: impl Into<String>) -> Error {
+        Error::Corrupt {
+            path: path.to_path_buf(),
+            what: what.into(),
+        }
+    }
+
+    pub(crate) fn incompatible(path: &Path, what: impl Into<String>) -> Error {
+        Error::Incompatible {
+            path: path.to_path_buf(),
+            what: what.into(),
+        }
+    }
+
+    /// The lock file this error concerns, if it concerns one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Error::WouldBlock { path }
+            | Error::Timeout { path }
+            | Error::WouldDeadlock { path }
+            | Error::LockLost { path }
+            | Error::Corrupt { path, .. }
+            | Error::Incompatible { path, .. }
+            | Error::NotALockFile { path }
+            | Error::DataMismatch { path, .. }
+            | Error::InvalidPath { path, .. }
+            | Error::TooManyParticipants { path, .. }
+            | Error::TooManyOpenFiles { path, .. }
+            | Error::InitLocked { path } => Some(path),
+            Error::Io { path, .. } => Some(path.as_path()).filter(|p| !p.as_os_str().is_empty()),
+            Error::InvalidOption { .. } => None,
+        }
+    }
+
+    /// The [`io::ErrorKind`] this error converts to (see `From<Error> for io::Error`).
+    pub fn kind(&self) -> io::ErrorKind {
+        use io::ErrorKind as K;
+        match self {
+            Error::WouldBlock { .. } => K::WouldBlock,
+            Error::Timeout { .. } | Error::InitLocked { .. } => K::TimedOut,
+            Error::WouldDeadlock { .. } => K::Deadlock,
+            Error::LockLost { .. } => K::Other,
+            Error::Corrupt { .. }
+            | Error::Incompatible { .. }
+            | Error::NotALockFile { .. }
+            | Error::DataMismatch { .. } => K::InvalidData,
+            Error::InvalidPath { .. } | Error::InvalidOption { .. } => K::InvalidInput,
+            Error::TooManyParticipants { .. } | Error::TooManyOpenFiles { .. } => K::ResourceBusy,
+            Error::Io { source, .. } => source.kind(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::WouldBlock { path } => {
+                write!(f, "{}: the lock is held or has waiters", path.display())
+            }
+            Error::Timeout { path } => {
+                write!(f, "{}: timed out waiting for the lock", path.display())
+            }
+            Error::WouldDeadlock { path } => {
+                write!(f, "{}: this thread already holds the lock", path.display())
+            }
+            Error::LockLost { path } => write!(
+                f,
+                "{}: the lock was lost: taken over after the lease expired, or revoked",
+                path.display()
+            ),
+            Error::Corrupt { path, what } => {
+                write!(f, "{}: corrupt lock file: {what}", path.display())
+            }
+            Error::Incompatible { path, what } => {
+                write!(f, "{}: incompatible lock file: {what}", path.display())
+            }
+            Error::NotALockFile { path } => write!(
+                f,
+                "{}: not a fairlock file (it is not empty and has no fairlock header); left untouched",
+                path.display()
+            ),
+            Error::DataMismatch { path, wanted, what } => write!(
+                f,
+                "{}: its data does not fit FairMutex<{wanted}>: {what}; left untouched",
+                path.display()
+            ),
+            Error::InvalidPath { path, what } => write!(f, "{}: {what}", path.display()),
+            Error::TooManyParticipants { path, capacity } => write!(
+                f,
+                "{}: all {capacity} participant entries are used by live processes",
+                path.display()
+            ),
+            Error::TooManyOpenFiles { path, capacity } => write!(
+                f,
+                "{}: this process already has {capacity} lock files open, the most it can track",
+                path.display()
+            ),
+            Error::InitLocked { path } => write!(
+                f,
+                "{}: not initialised yet, and another process holds its flock (another fairlock initialising it, or a program such as flock(1)); gave up waiting",
+                path.display()
+            ),
+            Error::InvalidOption { what } => write!(f, "invalid option: {what}"),
+            // The io error itself is `source()`: printed by whoever prints the chain.
+            Error::Io { path, op, .. } => {
+                if path.as_os_str().is_empty() {
+                    write!(f, "{op} failed")
+                } else {
+                    write!(f, "{}: {op} failed", path.display())
+                }
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// For code that speaks `io::Result`: the kind is [`Error::kind`], and the [`Error`] itself is
+/// kept inside (`io::Error::get_ref` / `into_inner` and a downcast give it back; the io cause
+/// of [`Error::Io`] stays reachable through `source()`).
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        io::Error::new(e.kind(), e)
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

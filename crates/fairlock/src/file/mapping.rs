@@ -1,0 +1,82 @@
+//! The shared mapping, seen only through [`LockState`]: raw pointers turned into shared
+//! references to atomics, never `&mut` and never `&[u8]`.
+//!
+//! # Invariants (cited by the `SAFETY` comments below)
+//!
+//! 1. The mapping is `geometry.file_size` bytes long, page-aligned, and lives as long as
+//!    `self`; the file was checked to be at least that long before mapping.
+//! 2. `geometry` was validated: the participant table and the slot array lie inside the
+//!    mapping, at offsets that are multiples of 8 (participants) and 64 (slots).
+//! 3. [`Header`], [`Participant`] and [`Slot`] consist only of atomics (`repr(C)`), so every
+//!    bit pattern is a valid value and other processes may write them concurrently through
+//!    their own mappings without a data race on our side.
+//! 4. The data area of a `FairMutex<T>` file (`geometry.data`), if any, lies inside the
+//!    mapping at `geometry.data_offset`, a multiple of its alignment; it is handed out only
+//!    as a raw pointer, and only `FairMutex` turns it into a reference, under the lock.
+//!
+//! The one thing no check can prevent: another process truncating the file while it is
+//! mapped makes accesses fault (SIGBUS). That needs write access to the file, which can deny
+//! service anyway.
+
+use std::fs::File;
+use std::io;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::core::layout::{Header, Participant, Slot};
+use crate::core::{Geometry, LockState};
+
+/// A lock file mapped shared.
+pub struct Mapping {
+    map: MmapRaw,
+    geometry: Geometry,
+}
+
+impl Mapping {
+    /// Maps `geometry.file_size` bytes of `file`, shared and writable. (A read-only view is
+    /// another type, [`super::ReadOnlyView`], that hands out no references at all.)
+    pub fn new(file: &File, geometry: Geometry) -> io::Result<Mapping> {
+        let map = MmapOptions::new().len(geometry.file_size).map_raw(file)?;
+        Ok(Mapping { map, geometry })
+    }
+
+    /// The layout.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// The start of the data area, if the file has one (invariants 1 and 4: in bounds and
+    /// aligned for the data's alignment).
+    pub fn data(&self) -> Option<std::ptr::NonNull<u8>> {
+        if self.geometry.data.size == 0 {
+            return None;
+        }
+        // SAFETY: invariant 4: `data_offset + data.size <= file_size`, inside the mapping.
+        let p = unsafe { self.map.as_mut_ptr().add(self.geometry.data_offset) };
+        std::ptr::NonNull::new(p)
+    }
+
+    /// The shared state.
+    #[inline]
+    pub fn state(&self) -> LockState<'_> {
+        let base = self.map.as_ptr();
+        let g = self.geometry;
+        // SAFETY: invariant 1 (in bounds, alive for `'_`, page-aligned so aligned for Header)
+        // and invariant 3 (any bytes are a valid Header; shared mutation is through atomics).
+        let header = unsafe { &*base.cast::<Header>() };
+        // SAFETY: invariants 1–3: `participants` entries of 32 bytes at an 8-aligned offset
+        // inside the mapping, valid for any bytes.
+        let participants = unsafe {
+            std::slice::from_raw_parts(
+                base.add(g.participants_offset).cast::<Participant>(),
+                g.participants as usize,
+            )
+        };
+        // SAFETY: invariants 1–3: `slots` slots of 64 bytes at a 64-aligned offset inside the
+        // mapping, valid for any bytes.
+        let slots = unsafe {
+            std::slice::from_raw_parts(base.add(g.slots_offset).cast::<Slot>(), g.slots as usize)
+        };
+        LockState::from_validated(header, participants, slots)
+    }
+}

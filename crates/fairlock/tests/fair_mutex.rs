@@ -1,0 +1,317 @@
+//! `FairMutex<T>`: a value in the lock file, shared by processes and threads, that survives
+//! reopening, its writer's death and a reboot's re-initialisation; and what is refused.
+//!
+//! The counting tests are issue 14's "done when": 4 processes × 2 threads incrementing one
+//! `FairMutex<u64>` 5,000 times each get exactly 40,000, also when one process is SIGKILLed
+//! while it holds the lock (the next holder is told `owner_died()`, and the count is the
+//! survivors' plus the dead process's completed increments).
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{Gate, Shm, TempDir, Worker, role, wait_all, wait_until};
+use fairlock::{Error, FairLock, FairMutex};
+
+const PROCS: usize = 4;
+const THREADS: usize = 2;
+const ITERS: u64 = 5_000;
+/// The victim's first thread stops (holding the lock) after this many of its own increments.
+const KILL_AT: u64 = 1_500;
+
+// Words of the shared-memory area the workers report through.
+/// Holders that saw `owner_died()`.
+const DIED_SEEN: usize = 0;
+/// The victim's completed increments (both threads), written while it holds the lock.
+const VICTIM_DONE: usize = 1;
+/// Set by the victim once it holds the lock for good, waiting to be killed.
+const VICTIM_READY: usize = 2;
+
+/// One increment as a read, a pause and a write: two holders at once would lose updates.
+fn increment(g: &mut fairlock::MutexGuard<'_, u64>) {
+    let v = **g;
+    for _ in 0..20 {
+        std::hint::spin_loop();
+    }
+    **g = std::hint::black_box(v) + 1;
+}
+
+fn worker() {
+    let path = common::env("FL_LOCK");
+    let shm = Arc::new(Shm::open(common::env("FL_SHM").as_ref()));
+    let gate = Arc::new(Gate::open(common::env("FL_GATE").as_ref()));
+    let victim = role().as_deref() == Some("victim");
+    let m = Arc::new(FairMutex::<u64>::open(&path).expect("worker open"));
+    let done = Arc::new(AtomicU64::new(0)); // this process's completed increments
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (m, shm, gate, done) = (m.clone(), shm.clone(), gate.clone(), done.clone());
+            std::thread::spawn(move || {
+                gate.arrive_and_wait();
+                for i in 0..ITERS {
+                    let mut g = m.lock().expect("lock");
+                    if g.owner_died() {
+                        shm.atomic(DIED_SEEN).fetch_add(1, Ordering::SeqCst);
+                    }
+                    increment(&mut g);
+                    // Under the lock, so it always equals this process's share of the value.
+                    done.fetch_add(1, Ordering::Relaxed);
+                    if victim && t == 0 && i + 1 == KILL_AT {
+                        shm.write(VICTIM_DONE, done.load(Ordering::Relaxed));
+                        shm.write(VICTIM_READY, 1);
+                        loop {
+                            std::thread::sleep(Duration::from_secs(1)); // holding, until killed
+                        }
+                    }
+                    drop(g);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("worker thread panicked");
+    }
+}
+
+/// Runs `PROCS` workers (the first as `first_role`) on a fresh `FairMutex<u64>`; returns the
+/// directory, the lock's path, the report area and the workers.
+fn start(name: &str, first_role: &str) -> (TempDir, std::path::PathBuf, Shm, Vec<Worker>) {
+    let dir = TempDir::new(name);
+    let path = dir.join("counter.lock");
+    let shm_path = dir.join("shm");
+    let shm = Shm::create(&shm_path, 4);
+    let gate_path = dir.join("gate");
+    let gate = Gate::create(&gate_path);
+    let parent = FairMutex::<u64>::open(&path).expect("create");
+    assert_eq!(*parent.lock().expect("lock"), 0, "a new file starts zeroed");
+    let env = [
+        ("FL_LOCK", path.display().to_string()),
+        ("FL_SHM", shm_path.display().to_string()),
+        ("FL_GATE", gate_path.display().to_string()),
+    ];
+    let mut workers: Vec<Worker> = (0..PROCS)
+        .map(|i| {
+            let r = if i == 0 { first_role } else { "counter" };
+            Worker::spawn(dir.path(), name, r, &format!("{r}-{i}"), &env)
+        })
+        .collect();
+    gate.open_when_arrived((PROCS * THREADS) as u64, &mut workers);
+    (dir, path, shm, workers)
+}
+
+#[test]
+fn four_processes_two_threads_count_to_40000() {
+    if role().is_some() {
+        return worker();
+    }
+    let (_dir, path, shm, mut workers) =
+        start("four_processes_two_threads_count_to_40000", "counter");
+    wait_all(&mut workers, Duration::from_secs(120));
+    // Reopened from scratch (a new handle; this process's old view is gone): the value is
+    // the file's.
+    let m = FairMutex::<u64>::open(&path).expect("reopen");
+    let g = m.lock().expect("lock");
+    assert_eq!(*g, (PROCS * THREADS) as u64 * ITERS);
+    assert!(!g.owner_died());
+    assert_eq!(shm.read(DIED_SEEN), 0, "nobody died, nobody was told so");
+}
+
+#[test]
+fn a_holder_killed_mid_way_leaves_the_exact_count_and_owner_died() {
+    if role().is_some() {
+        return worker();
+    }
+    let name = "a_holder_killed_mid_way_leaves_the_exact_count_and_owner_died";
+    let (_dir, path, shm, mut workers) = start(name, "victim");
+    wait_until(
+        Duration::from_secs(60),
+        "the victim to hold the lock",
+        || shm.read(VICTIM_READY) == 1,
+    );
+    let victim_done = shm.read(VICTIM_DONE);
+    common::chaos::signal(workers[0].pid(), libc::SIGKILL);
+    wait_until(Duration::from_secs(10), "the victim to exit", || {
+        workers[0].poll()
+    });
+    wait_all(&mut workers[1..], Duration::from_secs(120));
+    let m = FairMutex::<u64>::open(&path).expect("reopen");
+    let g = m.lock().expect("lock");
+    // One holder (a survivor, or this one if the survivors had finished) is told.
+    let told = shm.read(DIED_SEEN) + u64::from(g.owner_died());
+    assert_eq!(told, 1, "owner_died() seen {told} times");
+    let survivors = (PROCS as u64 - 1) * THREADS as u64 * ITERS;
+    assert!(victim_done >= KILL_AT && victim_done < THREADS as u64 * ITERS);
+    assert_eq!(
+        *g,
+        survivors + victim_done,
+        "victim completed {victim_done}"
+    );
+}
+
+#[test]
+fn a_guard_dropped_while_panicking_tells_the_next_holder() {
+    let dir = TempDir::new("mutex-panic");
+    let path = dir.join("m.lock");
+    let m = FairMutex::<[u32; 2]>::open(&path).unwrap();
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut g = m.lock().unwrap();
+            g[0] = 7; // half an update
+            panic!("mid-update");
+        })
+        .join()
+    });
+    assert!(r.is_err());
+    let g = m.lock().unwrap();
+    assert!(g.owner_died(), "a panic while holding is a death");
+    assert_eq!(*g, [7, 0], "the half update is there to repair");
+}
+
+#[test]
+fn another_type_a_plain_lock_file_and_a_lease_are_refused() {
+    let dir = TempDir::new("mutex-refused");
+    let path = dir.join("m.lock");
+    {
+        let m = FairMutex::<u64>::open(&path).unwrap();
+        *m.lock().unwrap() = 42;
+    }
+    let before = std::fs::read(&path).unwrap();
+    for e in [
+        FairMutex::<u32>::open(&path).map(drop).unwrap_err(),
+        FairMutex::<[u8; 8]>::open(&path).map(drop).unwrap_err(), // same size, other type
+        FairMutex::<i64>::open(&path).map(drop).unwrap_err(),
+    ] {
+        let Error::DataMismatch { path: p, what, .. } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(p, &path);
+        assert!(what.contains("8 bytes"), "{what}");
+        assert!(e.to_string().contains(path.to_str().unwrap()), "{e}");
+    }
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "a refusal writes nothing"
+    );
+    // A plain lock may use a FairMutex's file (it ignores the data)...
+    drop(FairLock::open(&path).unwrap().lock().unwrap());
+    // ...but a FairMutex refuses a plain lock's file.
+    let plain = dir.join("plain.lock");
+    FairLock::open(&plain).unwrap();
+    let e = FairMutex::<u64>::open(&plain).map(drop).unwrap_err();
+    assert!(
+        matches!(&e, Error::DataMismatch { what, .. } if what.contains("no data area")),
+        "{e:?}"
+    );
+    // No leases: a taken-over holder would still hold `&mut T`.
+    let e = FairMutex::<u64>::options()
+        .lease(Duration::from_secs(5))
+        .open_mutex::<u64>(&path)
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidOption { what } if what.contains("no lease")),
+        "{e:?}"
+    );
+    assert_eq!(*FairMutex::<u64>::open(&path).unwrap().lock().unwrap(), 42);
+}
+
+/// The boot id is header bytes 48..64, the magic 0..8 (docs/FILE_FORMAT.md).
+fn poke(path: &std::path::Path, offset: u64, bytes: &[u8]) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(bytes, offset).unwrap();
+}
+
+#[test]
+fn the_value_survives_re_initialisation_after_a_reboot() {
+    let dir = TempDir::new("mutex-reboot");
+    let path = dir.join("m.lock");
+    let token = {
+        let m = FairMutex::<[u64; 3]>::open(&path).unwrap();
+        let mut g = m.lock().unwrap();
+        *g = [1, 2, 3];
+        g.token()
+    };
+    // As if written in another boot: the lock state is re-initialised, the data kept.
+    poke(&path, 48, &[0xAB; 16]);
+    let m = FairMutex::<[u64; 3]>::open(&path).unwrap();
+    let g = m.lock().unwrap();
+    assert_eq!(*g, [1, 2, 3]);
+    assert!(
+        g.token() > token,
+        "tokens keep rising across re-initialisation"
+    );
+    drop(g);
+    drop(m);
+    // As if the re-initialising process died half-way (the magic it writes first): the next
+    // opener initialises again, still keeping the data.
+    poke(&path, 0, b"FAIRLOC!");
+    let m = FairMutex::<[u64; 3]>::open(&path).unwrap();
+    assert_eq!(*m.lock().unwrap(), [1, 2, 3]);
+    // A creator that died initialising a new file (the other pending magic): data zeroed.
+    drop(m);
+    poke(&path, 0, b"FAIRLOC?");
+    let m = FairMutex::<[u64; 3]>::open(&path).unwrap();
+    assert_eq!(*m.lock().unwrap(), [0, 0, 0]);
+}
+
+#[test]
+fn zero_sized_and_page_aligned_values() {
+    #[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
+    #[repr(C, align(4096))]
+    struct Page([u8; 4096]);
+    let dir = TempDir::new("mutex-shapes");
+    let m = FairMutex::<Page>::open(dir.join("page.lock")).unwrap();
+    {
+        let mut g = m.lock().unwrap();
+        assert_eq!(
+            (&*g as *const Page as usize) % 4096,
+            0,
+            "aligned in the mapping"
+        );
+        g.0[4095] = 9;
+    }
+    assert_eq!(m.lock().unwrap().0[4095], 9);
+    let z = FairMutex::<()>::open(dir.join("unit.lock")).unwrap();
+    let g = z.lock().unwrap();
+    assert_eq!(*g, ());
+}
+
+#[test]
+fn a_guard_inherited_through_fork_gives_no_access() {
+    // Forked from a worker process of its own, with no other test running in it.
+    if role().is_none() {
+        let dir = TempDir::new("mutex-fork");
+        let env = [("FL_LOCK", dir.join("m.lock").display().to_string())];
+        let name = "a_guard_inherited_through_fork_gives_no_access";
+        let mut w = [Worker::spawn(dir.path(), name, "fork", "fork", &env)];
+        return wait_all(&mut w, Duration::from_secs(60));
+    }
+    let m = FairMutex::<u64>::open(common::env("FL_LOCK")).unwrap();
+    let g = m.lock().unwrap();
+    // SAFETY: the child checks the guard, dereferences it once (which must panic; the hook is
+    // silenced first so nothing is printed) and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let lost = matches!(g.check(), Err(Error::LockLost { .. }));
+        std::panic::set_hook(Box::new(|_| {}));
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| *g)).is_err();
+        std::mem::forget(g);
+        // SAFETY: leaving the child at once.
+        unsafe { libc::_exit(if lost && refused { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child: {status:#x}"
+    );
+    drop(g);
+    assert!(
+        !m.lock().unwrap().owner_died(),
+        "the child released nothing"
+    );
+}

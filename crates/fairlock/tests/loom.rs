@@ -1,0 +1,753 @@
+//! loom models of the lock algorithm (`src/core`) on heap state with the scripted platform.
+//!
+//! Run with `ci/loom.sh` (`RUSTFLAGS="--cfg loom" cargo test --release --test loom`). Without
+//! `--cfg loom` this file is empty.
+//!
+//! Every model ends with every waiter granted (nobody waits for a release that never comes),
+//! and checks, after joining, that the queue is left with exactly one next holder (or none and
+//! the lock free). Mutual exclusion is checked with a loom `UnsafeCell` (loom reports two
+//! accesses not ordered by happens-before) holding the log of tokens, which must be increasing.
+//!
+//! Re-entrancy is process-local bookkeeping in the API layer (a depth counter on the guard of
+//! the owning thread), not part of `core`, so there is no model for it here. Slot reuse, the
+//! lease protocol across reuse, the died flag across reuse and the clean-up of a dead
+//! participant's entry are modelled (issue 11: the proofs could not see bugs that needed them).
+#![cfg(loom)]
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+
+use fairlock::__internal::core::lease::{Lease, LeaseField};
+use fairlock::__internal::core::model::ModelPlatform;
+use fairlock::__internal::core::word::{LapRelation, relate};
+use fairlock::__internal::core::{
+    Claim, Grant, LockState, Lost, Me, OwnedState, Platform, Published, State, Tuning, WaitError,
+    Watch, Word, advance, check, claim_granted, clean_up_participant, extend, lock, publish,
+    recover, release, try_lock,
+};
+use loom::cell::UnsafeCell;
+use loom::sync::Arc;
+use loom::thread;
+
+/// Short polls so a waiter re-checks (and recovers) often; a grace no model reaches, so a
+/// pre-granted ticket is never skipped under a taker that is merely slow.
+fn tuning() -> Tuning {
+    Tuning {
+        spin_ns: 0,
+        head_poll_min_ns: 1,
+        head_poll_ns: 1,
+        idle_poll_ns: 1,
+        grace_ns: u64::MAX / 4,
+    }
+}
+
+fn me(participant: u32) -> Me {
+    Me {
+        participant,
+        tid: 100 + participant,
+        lease_ms: None,
+    }
+}
+
+struct World {
+    st: OwnedState,
+    p: ModelPlatform,
+    /// The critical section: the tokens of the holders, in the order they held the lock.
+    log: UnsafeCell<Vec<u64>>,
+}
+
+impl World {
+    fn new(auto_tick: u64) -> Arc<World> {
+        World::with_slots(4, auto_tick)
+    }
+
+    fn with_slots(slots: u32, auto_tick: u64) -> Arc<World> {
+        Arc::new(World {
+            st: OwnedState::new(slots, 4),
+            p: ModelPlatform::new(auto_tick),
+            log: UnsafeCell::new(Vec::new()),
+        })
+    }
+
+    fn view(&self) -> LockState<'_> {
+        self.st.view()
+    }
+
+    /// The critical section: loom fails the model if two holders overlap.
+    fn enter(&self, g: &Grant) {
+        self.log.with_mut(|v| {
+            // SAFETY: only a holder of the lock touches the log; loom checks that claim.
+            unsafe { (*v).push(g.token()) }
+        });
+    }
+
+    fn log(&self) -> Vec<u64> {
+        // SAFETY: called after every thread was joined.
+        self.log.with(|v| unsafe { (*v).clone() })
+    }
+
+    /// Lock (no deadline), critical section, release. Returns the grant.
+    fn lock_unlock(&self, participant: u32) -> Grant {
+        let st = self.view();
+        let g = lock(&st, &self.p, &me(participant), None, &tuning()).expect("lock");
+        self.enter(&g);
+        release(&st, &self.p, &g, participant).expect("release");
+        g
+    }
+
+    fn state_of(&self, t: u64) -> Option<State> {
+        let st = self.view();
+        let w = word(&st, t);
+        (relate(w.lap(), st.lap(t)) == LapRelation::Same)
+            .then(|| w.state())
+            .flatten()
+    }
+}
+
+fn word(st: &LockState<'_>, t: u64) -> Word {
+    Word(st.slot(t).word.load(Acquire))
+}
+
+/// Publishes a waiter for the next ticket without blocking, with the real `publish`.
+fn enqueue(st: &LockState<'_>, p: &ModelPlatform, me: &Me) -> u64 {
+    let t = st.header().next_ticket.fetch_add(1, Relaxed);
+    match publish(st, p, t, me, None, &tuning(), &mut Watch::default()).expect("publish") {
+        Published::Waiting(_) => t,
+        _ => panic!("ticket {t} should wait"),
+    }
+}
+
+/// A live waiter of published ticket `t`: recovers what is ahead until its grant comes, then
+/// claims it (with the real claim code).
+fn claim_when_granted(w: &World, t: u64, me: &Me) -> Grant {
+    let st = w.view();
+    let mut watch = Watch::default();
+    loop {
+        match claim_granted(&st, &w.p, t, me).expect("consistent") {
+            Claim::Held(g) => return g,
+            Claim::Lost => panic!("live waiter skipped"),
+            Claim::NotGranted(_) => {
+                recover(&st, &w.p, t, &mut watch, &tuning());
+                loom::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// After a model: the lock is free and nobody is queued, so `try_lock` gets the next token.
+fn assert_free(w: &World, expect_token: u64) {
+    let st = w.view();
+    let g = try_lock(&st, &w.p, &me(3), &tuning())
+        .expect("consistent")
+        .expect("lock left free");
+    assert_eq!(g.token(), expect_token);
+    release(&st, &w.p, &g, 3).unwrap();
+}
+
+fn assert_increasing(log: &[u64]) {
+    assert!(log.windows(2).all(|p| p[0] < p[1]), "tokens {log:?}");
+}
+
+/// Two threads lock and unlock: mutual exclusion, tokens 1 and 2 in critical-section order.
+#[test]
+fn two_threads_lock_unlock() {
+    loom::model(|| {
+        let w = World::new(0);
+        let hs: Vec<_> = (1..=2)
+            .map(|i| {
+                let w = w.clone();
+                thread::spawn(move || w.lock_unlock(i).token())
+            })
+            .collect();
+        let mut tokens: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        tokens.sort();
+        assert_eq!(tokens, [1, 2]);
+        assert_eq!(w.log(), [1, 2]);
+        assert_free(&w, 3);
+    });
+}
+
+/// The main thread holds; two threads queue behind it and then lock again each... kept to one
+/// round each (three tickets in a four-slot array), the most loom can explore in time.
+///
+/// Two full waiters make this the biggest model: it runs with at most one preemption (it did
+/// not finish in 400 s with two on the dev machine).
+#[test]
+fn three_threads_lock_unlock() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(1);
+    b.check(|| {
+        let w = World::new(0);
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        w.enter(&g0);
+        let hs: Vec<_> = (1..=2)
+            .map(|i| {
+                let w = w.clone();
+                thread::spawn(move || w.lock_unlock(i).token())
+            })
+            .collect();
+        release(&st, &w.p, &g0, 0).unwrap();
+        let mut tokens: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        tokens.sort();
+        assert_eq!(tokens, [2, 3]);
+        assert_eq!(w.log(), [1, 2, 3]);
+        assert_free(&w, 4);
+    });
+}
+
+/// `try_lock` racing a `lock`/`release`: it either gets the lock while free (never while held,
+/// never jumping a queued waiter) or nothing; tokens stay in critical-section order.
+#[test]
+fn try_lock_races_lock() {
+    loom::model(|| {
+        let w = World::new(0);
+        let w1 = w.clone();
+        let locker = thread::spawn(move || w1.lock_unlock(1).token());
+        let w2 = w.clone();
+        let trier = thread::spawn(move || {
+            let st = w2.view();
+            let g = try_lock(&st, &w2.p, &me(2), &tuning()).expect("consistent")?;
+            w2.enter(&g);
+            release(&st, &w2.p, &g, 2).unwrap();
+            Some(g.token())
+        });
+        let t1 = locker.join().unwrap();
+        let t2 = trier.join().unwrap();
+        let log = w.log();
+        assert_increasing(&log);
+        match t2 {
+            Some(t2) => {
+                let mut both = [t1, t2];
+                both.sort();
+                assert_eq!(both, [1, 2]);
+                assert_free(&w, 3);
+            }
+            None => {
+                assert_eq!(log, [t1]);
+                assert_free(&w, 2);
+            }
+        }
+    });
+}
+
+/// A waiter whose deadline passes while the holder releases: the grant and the timeout race
+/// on one CAS. Either the waiter gets the lock (token 2) or its ticket is abandoned and the
+/// lock is left free — never granted to nobody, never both.
+#[test]
+fn timeout_races_grant() {
+    loom::model(|| {
+        // Every clock reading advances it by 1 ns: deadlines pass after a few readings.
+        let w = World::new(1);
+        let st = w.view();
+        let g = lock(&st, &w.p, &me(1), None, &tuning()).unwrap();
+        w.enter(&g);
+        let w2 = w.clone();
+        let waiter = thread::spawn(move || {
+            let st = w2.view();
+            let deadline = w2.p.now_ns() + 3;
+            match lock(&st, &w2.p, &me(2), Some(deadline), &tuning()) {
+                Ok(g) => {
+                    w2.enter(&g);
+                    release(&st, &w2.p, &g, 2).unwrap();
+                    Some(g.token())
+                }
+                Err(WaitError::Timeout) => None,
+                Err(e) => panic!("{e:?}"),
+            }
+        });
+        release(&st, &w.p, &g, 1).unwrap();
+        let got = waiter.join().unwrap();
+        match got {
+            Some(t) => {
+                assert_eq!(t, 2);
+                assert_eq!(w.log(), [1, 2]);
+            }
+            None => {
+                assert_eq!(w.state_of(1), Some(State::Abandoned));
+                assert_eq!(w.log(), [1]);
+            }
+        }
+        assert_free(&w, 3);
+    });
+}
+
+/// A live holder releases while the waiter behind it runs recovery and `advance`: the waiter
+/// ends up granted exactly once (no died flag), and the ticket after it is not pre-granted.
+#[test]
+fn release_races_recover_and_advance() {
+    loom::model(|| {
+        let w = World::new(1);
+        let st = w.view();
+        let g = lock(&st, &w.p, &me(1), None, &tuning()).unwrap();
+        let t = enqueue(&st, &w.p, &me(2));
+        let w1 = w.clone();
+        let holder = thread::spawn(move || {
+            let st = w1.view();
+            release(&st, &w1.p, &g, 1)
+        });
+        let w2 = w.clone();
+        let helper = thread::spawn(move || {
+            let st = w2.view();
+            recover(&st, &w2.p, t, &mut Watch::default(), &tuning());
+            advance(&st, &w2.p, 0, false);
+        });
+        assert_eq!(holder.join().unwrap(), Ok(()));
+        helper.join().unwrap();
+        assert_eq!(w.state_of(0), Some(State::Done));
+        let wt = word(&st, t);
+        assert_eq!(wt.state(), Some(State::Granted));
+        assert!(!wt.died());
+        assert_eq!(
+            w.state_of(t + 1),
+            None,
+            "next ticket must not be pre-granted"
+        );
+    });
+}
+
+/// The holder died (it never runs again); two waiters run the full `lock` and recover it
+/// concurrently: exactly one revocation, the first granted is told the owner died, the
+/// second is not, and both hold in ticket order.
+#[test]
+fn concurrent_recovery_of_dead_holder() {
+    loom::model(|| {
+        let w = World::new(1);
+        let st = w.view();
+        let g = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        w.enter(&g);
+        w.p.set_dead(0, true);
+        let hs: Vec<_> = (1..=2)
+            .map(|i| {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let st = w.view();
+                    let g = lock(&st, &w.p, &me(i), None, &tuning()).expect("lock");
+                    w.enter(&g);
+                    release(&st, &w.p, &g, i).expect("release");
+                    g
+                })
+            })
+            .collect();
+        let mut grants: Vec<Grant> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        grants.sort_by_key(|g| g.ticket);
+        assert_eq!(grants[0].token(), 2);
+        assert!(grants[0].died, "first holder after the dead one is told");
+        assert_eq!(grants[1].token(), 3);
+        assert!(!grants[1].died);
+        assert_eq!(w.state_of(0), Some(State::Revoked));
+        assert_eq!(w.log(), [1, 2, 3]);
+        assert_eq!(release(&st, &w.p, &g, 0), Err(Lost));
+        assert_free(&w, 4);
+    });
+}
+
+fn leased(participant: u32, ms: u64) -> Me {
+    Me {
+        lease_ms: Some(ms),
+        ..me(participant)
+    }
+}
+
+/// A holder whose lease ran out extends it while the waiter behind it takes over: exactly one
+/// wins. Extension won: still `Held`, `check` is Ok, the waiter still waits. Takeover won:
+/// `Err(Lost)`, the word is `Revoked` and the waiter is granted with the died flag.
+#[test]
+fn extend_races_takeover() {
+    loom::model(|| {
+        let w = World::new(0);
+        let st = w.view();
+        let g = lock(&st, &w.p, &leased(1, 1), None, &tuning()).unwrap();
+        assert!(g.leased);
+        let t = enqueue(&st, &w.p, &me(2));
+        w.p.advance(5_000_000); // the 1 ms lease has run out
+        let w1 = w.clone();
+        let holder = thread::spawn(move || {
+            let st = w1.view();
+            extend(&st, &w1.p, g.ticket, 1, 100)
+        });
+        let w2 = w.clone();
+        let taker = thread::spawn(move || {
+            let st = w2.view();
+            recover(&st, &w2.p, t, &mut Watch::default(), &tuning());
+        });
+        let extended = holder.join().unwrap();
+        taker.join().unwrap();
+        let wt = word(&st, t);
+        match extended {
+            Ok(()) => {
+                assert_eq!(w.state_of(0), Some(State::Held));
+                assert_eq!(check(&st, &w.p, &g, 1), Ok(()));
+                assert_eq!(wt.state(), Some(State::Waiting));
+                assert_eq!(
+                    LeaseField(st.slot(0).lease.load(Acquire)).lease(),
+                    Lease::Leased
+                );
+            }
+            Err(Lost) => {
+                assert_eq!(w.state_of(0), Some(State::Revoked));
+                assert_eq!(wt.state(), Some(State::Granted));
+                assert!(wt.died());
+                assert_eq!(check(&st, &w.p, &g, 1), Err(Lost));
+            }
+        }
+    });
+}
+
+/// A holder whose lease ran out releases while the waiter behind it takes over: either the
+/// release wins (Ok, the waiter granted without the died flag) or the takeover does
+/// (`Err(Lost)`, granted with it). Exactly one grant either way.
+#[test]
+fn release_races_takeover() {
+    loom::model(|| {
+        let w = World::new(0);
+        let st = w.view();
+        let g = lock(&st, &w.p, &leased(1, 1), None, &tuning()).unwrap();
+        let t = enqueue(&st, &w.p, &me(2));
+        w.p.advance(5_000_000);
+        let w1 = w.clone();
+        let holder = thread::spawn(move || {
+            let st = w1.view();
+            release(&st, &w1.p, &g, 1)
+        });
+        let w2 = w.clone();
+        let taker = thread::spawn(move || {
+            let st = w2.view();
+            recover(&st, &w2.p, t, &mut Watch::default(), &tuning());
+        });
+        let released = holder.join().unwrap();
+        taker.join().unwrap();
+        let wt = word(&st, t);
+        assert_eq!(wt.state(), Some(State::Granted));
+        match released {
+            Ok(()) => {
+                assert_eq!(w.state_of(0), Some(State::Done));
+                assert!(!wt.died());
+            }
+            Err(Lost) => {
+                assert_eq!(w.state_of(0), Some(State::Revoked));
+                assert!(wt.died());
+            }
+        }
+        assert_eq!(w.state_of(t + 1), None, "exactly one grant");
+    });
+}
+
+/// Slot reuse: a 2-slot array and four tickets, so both slots are used by two laps; two
+/// threads lock and unlock twice each. Mutual exclusion (the log), tokens 1..4 in
+/// critical-section order, the lock left free.
+#[test]
+fn two_slots_reused_by_four_tickets() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let w = World::with_slots(2, 0);
+        let hs: Vec<_> = (1..=2)
+            .map(|i| {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let a = w.lock_unlock(i).token();
+                    let b = w.lock_unlock(i).token();
+                    assert!(a < b);
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(w.log(), [1, 2, 3, 4]);
+        assert_free(&w, 5);
+    });
+}
+
+/// A lease-aware witness of mutual exclusion (atomics, not loom's cell: a holder taken over
+/// may legitimately still be inside when the next one enters). One word: the newest token that
+/// ever entered (high half) and the token inside now (low half, 0 if none). Entering: a newer
+/// token has entered already means we were taken over before we got here — our `check` must
+/// say so, and we record nothing; else we are the newest and inside, and if someone still was,
+/// we must have been told `died`. `check` may not say `Ok` unless we are the one inside.
+/// Leaving: if we are not the one inside any more, our release must say `Lost`.
+struct LeaseWitness(loom::sync::atomic::AtomicU64);
+
+impl LeaseWitness {
+    /// Returns whether we recorded ourselves (false: we were already taken over).
+    fn enter(&self, st: &LockState<'_>, p: &ModelPlatform, g: &Grant, who: u32) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mine = g.token();
+        let mut cur = self.0.load(SeqCst);
+        loop {
+            if cur >> 32 > mine {
+                assert_eq!(
+                    check(st, p, g, who),
+                    Err(Lost),
+                    "taken over, yet check is Ok"
+                );
+                return false;
+            }
+            match self
+                .0
+                .compare_exchange(cur, (mine << 32) | mine, SeqCst, SeqCst)
+            {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        let inside = cur & 0xFFFF_FFFF;
+        assert!(
+            inside == 0 || g.died,
+            "two holders: token {mine} entered without the died flag while {inside} was inside"
+        );
+        true
+    }
+
+    fn check(&self, st: &LockState<'_>, p: &ModelPlatform, g: &Grant, who: u32) {
+        let seen = self.0.load(std::sync::atomic::Ordering::SeqCst) & 0xFFFF_FFFF;
+        if check(st, p, g, who).is_ok() {
+            assert_eq!(
+                seen,
+                g.token(),
+                "check Ok for {} while {seen} is inside",
+                g.token()
+            );
+        }
+    }
+
+    fn leave(&self, st: &LockState<'_>, p: &ModelPlatform, g: &Grant, who: u32, entered: bool) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let me = g.token();
+        let alone = entered
+            && self
+                .0
+                .fetch_update(SeqCst, SeqCst, |v| {
+                    (v & 0xFFFF_FFFF == me).then_some(v & !0xFFFF_FFFF)
+                })
+                .is_ok();
+        let r = release(st, p, g, who);
+        assert!(
+            alone || r == Err(Lost),
+            "release {r:?} of {me} after another entered"
+        );
+    }
+}
+
+/// Bug 3 of issue 11. A leased waiter (ticket 1) is granted; it claims — and may be preempted
+/// right after its claim CAS, or inside `extend` — while the waiter behind it (ticket 2) times
+/// its lease, takes it over, holds, releases, and takes ticket 3, which reuses ticket 1's slot
+/// (2 slots) with a lease of its own. The lease-aware witness must hold whatever the
+/// interleaving: the paused one used to write its deadline into ticket 3's lease and hold with
+/// it (two holders, and ticket 3 no longer taken over by its own lease).
+#[test]
+fn leased_claim_races_takeover_and_slot_reuse() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        // Every clock reading is 1 ms later: 1 ms leases run out on the next looks.
+        let w = World::with_slots(2, 1_000_000);
+        let witness = Arc::new(LeaseWitness(loom::sync::atomic::AtomicU64::new(0)));
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        let t1 = enqueue(&st, &w.p, &leased(1, 1));
+        release(&st, &w.p, &g0, 0).unwrap(); // grants ticket 1
+        // Ticket 2 after the release: with two slots it shares ticket 0's.
+        let t2 = enqueue(&st, &w.p, &leased(2, 1));
+        let (w1, x1) = (w.clone(), witness.clone());
+        let claimer = thread::spawn(move || {
+            let st = w1.view();
+            if let Claim::Held(g) = claim_granted(&st, &w1.p, t1, &leased(1, 1)).expect("ok") {
+                let entered = x1.enter(&st, &w1.p, &g, 1);
+                let _ = extend(&st, &w1.p, g.ticket, 1, 1);
+                x1.check(&st, &w1.p, &g, 1);
+                x1.leave(&st, &w1.p, &g, 1, entered);
+            }
+        });
+        let (w2, x2) = (w.clone(), witness.clone());
+        let behind = thread::spawn(move || {
+            let st = w2.view();
+            let mut watch = Watch::default();
+            for _ in 0..6 {
+                match claim_granted(&st, &w2.p, t2, &leased(2, 1)).expect("consistent") {
+                    Claim::Held(g) => {
+                        let entered = x2.enter(&st, &w2.p, &g, 2);
+                        x2.leave(&st, &w2.p, &g, 2, entered);
+                        // Ticket 3: ticket 1's slot, one lap on; a long lease of its own.
+                        let deadline = Some(w2.p.now_ns() + 8_000_000);
+                        if let Ok(g) = lock(&st, &w2.p, &leased(2, 1_000), deadline, &tuning()) {
+                            let entered = x2.enter(&st, &w2.p, &g, 2);
+                            x2.check(&st, &w2.p, &g, 2);
+                            x2.leave(&st, &w2.p, &g, 2, entered);
+                        }
+                        return;
+                    }
+                    Claim::Lost => panic!("ticket 2 skipped"),
+                    Claim::NotGranted(_) => {
+                        recover(&st, &w2.p, t2, &mut watch, &tuning());
+                    }
+                }
+            }
+        });
+        claimer.join().unwrap();
+        behind.join().unwrap();
+    });
+}
+
+/// The died flag across slot reuse: the holder of ticket 0 is dead; the waiter of ticket 1
+/// recovers it while a new taker takes ticket 2 — slot 0 again, one lap on — and would like to
+/// overwrite the `Revoked` word that tells the news. The waiter of ticket 1 must be told the
+/// owner died; the taker of ticket 2 must not be.
+#[test]
+fn died_flag_survives_slot_reuse() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let w = World::with_slots(2, 1);
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        w.enter(&g0);
+        let t1 = enqueue(&st, &w.p, &me(1));
+        w.p.set_dead(0, true);
+        let w1 = w.clone();
+        let waiter = thread::spawn(move || {
+            let st = w1.view();
+            let g = claim_when_granted(&w1, t1, &me(1));
+            w1.enter(&g);
+            release(&st, &w1.p, &g, 1).unwrap();
+            g
+        });
+        let w2 = w.clone();
+        let taker = thread::spawn(move || {
+            let st = w2.view();
+            let g = lock(&st, &w2.p, &me(2), None, &tuning()).expect("lock");
+            w2.enter(&g);
+            release(&st, &w2.p, &g, 2).unwrap();
+            g
+        });
+        let g1 = waiter.join().unwrap();
+        let g2 = taker.join().unwrap();
+        assert!(g1.died, "the holder after the dead one must be told");
+        assert!(!g2.died, "and only that one");
+        assert_eq!(w.log(), [1, 2, 3]);
+        assert_free(&w, 4);
+    });
+}
+
+/// A new process claims the participant entry of a dead holder (its beacon was free) and
+/// cleans up what it left, while the waiter behind recovers it: exactly one revocation, the
+/// waiter is granted with the died flag, and the new owner of the entry then locks in turn.
+#[test]
+fn participant_clean_up_races_recovery() {
+    loom::model(|| {
+        let w = World::new(1);
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(1), None, &tuning()).unwrap();
+        w.enter(&g0);
+        let t = enqueue(&st, &w.p, &me(2));
+        w.p.set_dead(1, true);
+        let w1 = w.clone();
+        let newcomer = thread::spawn(move || {
+            let st = w1.view();
+            // The entry's previous owner is dead; the newcomer claims its beacon first (as
+            // `Shared::open` does: that is how it learns the entry is free), so the entry is
+            // alive again while it cleans up.
+            w1.p.set_dead(1, false);
+            clean_up_participant(&st, &w1.p, 1);
+        });
+        let w2 = w.clone();
+        let waiter = thread::spawn(move || claim_when_granted(&w2, t, &me(2)));
+        newcomer.join().unwrap();
+        let g = waiter.join().unwrap();
+        assert!(g.died);
+        assert_eq!(w.state_of(0), Some(State::Revoked));
+        w.enter(&g);
+        release(&st, &w.p, &g, 2).unwrap();
+        assert_eq!(release(&st, &w.p, &g0, 1), Err(Lost));
+        let g = lock(&st, &w.p, &me(1), None, &tuning()).expect("the newcomer locks");
+        w.enter(&g);
+        release(&st, &w.p, &g, 1).unwrap();
+        assert_eq!(w.log(), [1, 2, 3]);
+    });
+}
+
+/// Found by review: passing a lapped taker's given-up ticket replaces the previous lap's word
+/// of its slot, which may be a dead holder's `Revoked` — the only place the death's news lives
+/// until a grant passed it. A second walker starting from a `head` at or before the revoked
+/// ticket must still learn it: the next holder is told the owner died.
+#[test]
+fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let w = World::with_slots(2, 1);
+        let st = w.view();
+        // Ticket 0: held (fast path; head stays 0).
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        // Ticket 1: a waiter that times out. Ticket 2: a lapped taker (slot 0 is still ticket
+        // 0's) that times out, leaving a record that it gave up.
+        assert_eq!(
+            lock(&st, &w.p, &me(1), Some(0), &tuning()),
+            Err(WaitError::Timeout)
+        );
+        assert_eq!(
+            lock(&st, &w.p, &me(2), Some(0), &tuning()),
+            Err(WaitError::Timeout)
+        );
+        let w1 = w.clone();
+        // The holder's thread gives the lock up as dead (it exited or panicked holding).
+        let revoker = thread::spawn(move || {
+            let st = w1.view();
+            let _ = fairlock::__internal::core::revoke_own(&st, &w1.p, &g0, 0);
+        });
+        let w2 = w.clone();
+        let next = thread::spawn(move || {
+            let st = w2.view();
+            let g = lock(&st, &w2.p, &me(3), None, &tuning()).expect("lock");
+            w2.enter(&g);
+            release(&st, &w2.p, &g, 3).unwrap();
+            g
+        });
+        revoker.join().unwrap();
+        let g3 = next.join().unwrap();
+        assert_eq!(g3.ticket, 3);
+        assert!(
+            g3.died,
+            "ticket 3 follows a revoked holder: owner_died must be reported"
+        );
+    });
+}
+
+/// Found by review: `clean_up_participant` runs with the entry already alive again (the new
+/// owner holds its beacon). If a grant moves the dead process's waiting ticket between the
+/// clean-up's load and its CAS, the clean-up must follow it — else that ticket stays granted to
+/// a live participant that never claims it, and nobody ever skips it.
+#[test]
+fn clean_up_follows_a_ticket_granted_under_it() {
+    loom::model(|| {
+        let w = World::new(1);
+        let st = w.view();
+        let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
+        // Ticket 1: a waiter of a process that died; participant 1 now belongs to a live one.
+        let t1 = enqueue(&st, &w.p, &me(1));
+        let t2 = enqueue(&st, &w.p, &me(2));
+        let w1 = w.clone();
+        let newcomer = thread::spawn(move || {
+            let st = w1.view();
+            clean_up_participant(&st, &w1.p, 1);
+        });
+        let w2 = w.clone();
+        let holder = thread::spawn(move || {
+            let st = w2.view();
+            release(&st, &w2.p, &g0, 0).unwrap();
+        });
+        newcomer.join().unwrap();
+        holder.join().unwrap();
+        let mut watch = Watch::default();
+        for _ in 0..3 {
+            recover(&st, &w.p, t2, &mut watch, &tuning());
+            w.p.advance(1 << 40);
+        }
+        assert_ne!(
+            w.state_of(t1),
+            Some(State::Granted),
+            "the dead process's ticket is left granted to the entry's new owner: stuck"
+        );
+        assert_eq!(w.state_of(t2), Some(State::Granted));
+    });
+}

@@ -1,0 +1,224 @@
+//! Re-entrancy: `FairRLock` nests per (process, thread) without taking tickets; `FairLock`
+//! refuses to re-lock with `WouldDeadlock`; handles on the same path in one process are one
+//! lock for both purposes.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{TempDir, wait_for_waiters};
+use fairlock::{Error, FairLock, FairRLock};
+
+/// `try_lock` from a fresh thread with its own handle: `true` if it got the lock.
+fn free_for_others(path: &Path) -> bool {
+    let p = path.to_path_buf();
+    std::thread::spawn(move || match FairLock::open(&p).expect("open").try_lock() {
+        Ok(_) => true,
+        Err(Error::WouldBlock { .. }) => false,
+        Err(e) => panic!("unexpected: {e}"),
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn nested_three_levels() {
+    let dir = TempDir::new("reent-nested");
+    let path = dir.join("lock");
+    let lock = FairRLock::open(&path).expect("open");
+    let outer = lock.lock().expect("outer");
+    let token = outer.token();
+    let next = fairlock::inspect(&path).unwrap().next_ticket;
+    let mid = lock.lock().expect("mid");
+    let inner = lock.try_lock().expect("inner (try_lock)");
+    let innermost = lock
+        .lock_timeout(Duration::ZERO)
+        .expect("innermost (lock_timeout)");
+    assert_eq!(mid.token(), token);
+    assert_eq!(inner.token(), token);
+    assert_eq!(innermost.token(), token);
+    let st = fairlock::inspect(&path).unwrap();
+    assert_eq!(st.next_ticket, next, "a nested lock took a ticket: {st:?}");
+    assert_eq!(st.holder.as_ref().map(|h| h.token), Some(token));
+    assert!(st.waiters.is_empty());
+    drop(innermost);
+    drop(inner);
+    assert!(
+        !free_for_others(&path),
+        "released after inner guards dropped"
+    );
+    mid.unlock().expect("unlock mid");
+    assert!(
+        !free_for_others(&path),
+        "released while the outer guard lives"
+    );
+    outer.check().expect("still ours");
+    assert_eq!(fairlock::inspect(&path).unwrap().next_ticket, next);
+    outer.unlock().expect("unlock outer");
+    assert!(free_for_others(&path), "not released by the last guard");
+    // Nesting works again after a full release, with a new token.
+    let again = lock.lock().expect("again");
+    assert!(again.token() > token);
+}
+
+#[test]
+fn guards_dropped_out_of_order() {
+    let dir = TempDir::new("reent-order");
+    let path = dir.join("lock");
+    let lock = FairRLock::open(&path).expect("open");
+    let a = lock.lock().expect("a");
+    let b = lock.lock().expect("b");
+    let c = lock.lock().expect("c");
+    let token = a.token();
+    drop(a); // the outermost first
+    assert!(!free_for_others(&path));
+    assert_eq!(c.token(), token);
+    drop(c);
+    assert!(!free_for_others(&path));
+    b.check().expect("still ours");
+    drop(b);
+    assert!(free_for_others(&path), "not released by the last guard");
+    let st = fairlock::inspect(&path).unwrap();
+    assert!(st.holder.is_none(), "{st:?}");
+}
+
+#[test]
+fn rlock_from_two_threads_second_waits() {
+    let dir = TempDir::new("reent-threads");
+    let path = dir.join("lock");
+    let lock = Arc::new(FairRLock::open(&path).expect("open"));
+    let outer = lock.lock().expect("outer");
+    let inner = lock.lock().expect("inner");
+    let token = outer.token();
+    let (tx, rx) = mpsc::channel();
+    let l = lock.clone();
+    let other = std::thread::spawn(move || {
+        assert!(matches!(l.try_lock(), Err(Error::WouldBlock { .. })));
+        let g = l.lock().expect("other lock");
+        let g2 = l.lock().expect("other nested");
+        assert_eq!(g.token(), g2.token());
+        tx.send(g.token()).unwrap();
+    });
+    wait_for_waiters(&path, 1, Duration::from_secs(20));
+    drop(inner);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        rx.try_recv().is_err(),
+        "granted while the outer guard lives"
+    );
+    drop(outer);
+    let t2 = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("second thread never got the lock");
+    other.join().unwrap();
+    assert_eq!(t2, token + 1);
+}
+
+#[test]
+fn fair_lock_relock_would_deadlock() {
+    let dir = TempDir::new("reent-deadlock");
+    let path = dir.join("lock");
+    let lock = FairLock::open(&path).expect("open");
+    let g = lock.lock().expect("lock");
+    let next = fairlock::inspect(&path).unwrap().next_ticket;
+    assert!(matches!(lock.lock(), Err(Error::WouldDeadlock { .. })));
+    assert!(matches!(lock.try_lock(), Err(Error::WouldDeadlock { .. })));
+    assert!(matches!(
+        lock.lock_timeout(Duration::from_millis(10)),
+        Err(Error::WouldDeadlock { .. })
+    ));
+    assert!(matches!(
+        lock.lock_timeout(Duration::ZERO),
+        Err(Error::WouldDeadlock { .. })
+    ));
+    let st = fairlock::inspect(&path).unwrap();
+    assert_eq!(
+        st.next_ticket, next,
+        "a refused re-lock took a ticket: {st:?}"
+    );
+    assert!(st.waiters.is_empty());
+    g.check().expect("still ours");
+    drop(g);
+    assert!(free_for_others(&path));
+    drop(lock.lock().expect("lock again after release"));
+}
+
+#[test]
+fn two_handles_same_path_are_one_lock() {
+    let dir = TempDir::new("reent-handles");
+    let path = dir.join("lock");
+    // FairLock: the second handle sees the first's holder as this thread.
+    let h1 = FairLock::open(&path).expect("open 1");
+    let h2 = FairLock::open(&path).expect("open 2");
+    let g = h1.lock().expect("lock");
+    assert!(matches!(h2.lock(), Err(Error::WouldDeadlock { .. })));
+    assert!(matches!(h2.try_lock(), Err(Error::WouldDeadlock { .. })));
+    assert!(matches!(
+        h2.lock_timeout(Duration::from_millis(5)),
+        Err(Error::WouldDeadlock { .. })
+    ));
+    drop(g);
+    drop(h2.lock().expect("h2 after h1 released"));
+
+    // FairRLock: nesting through another handle takes no ticket and shares the token.
+    let rpath = dir.join("rlock");
+    let r1 = FairRLock::open(&rpath).expect("open r1");
+    let r2 = FairRLock::open(&rpath).expect("open r2");
+    let a = r1.lock().expect("r1");
+    let next = fairlock::inspect(&rpath).unwrap().next_ticket;
+    let b = r2.lock().expect("r2 nested");
+    assert_eq!(a.token(), b.token());
+    assert_eq!(fairlock::inspect(&rpath).unwrap().next_ticket, next);
+    drop(a);
+    assert!(!free_for_others(&rpath), "released while r2's guard lives");
+    drop(b);
+    assert!(free_for_others(&rpath));
+
+    // A handle opened through a different spelling of the same path is the same lock too.
+    let alias = dir.path().join(".").join("lock");
+    let h3 = FairLock::open(&alias).expect("open alias");
+    let g = h1.lock().expect("lock");
+    assert!(matches!(h3.try_lock(), Err(Error::WouldDeadlock { .. })));
+    drop(g);
+}
+
+/// Two `FairRLock` handles on one file that differ in their lease: a guard nested through the
+/// handle without a lease belongs to the outer, leased grant, so it reports that lease, can
+/// extend it, and releases it the way a leased grant is released (a CAS that a takeover can
+/// win). It used to take its lease from its own handle: `lease()` was `None`, `extend` failed
+/// with "opened without a lease", and its release was the unleased plain store, which could
+/// report `Ok` for a grant whose lease a takeover had already revoked.
+#[test]
+fn nested_guard_takes_the_lease_of_the_outer_grant() {
+    let dir = TempDir::new("reent-lease");
+    let path = dir.join("lock");
+    let leased = FairRLock::options()
+        .lease(Duration::from_secs(30))
+        .open_rlock(&path)
+        .expect("open leased");
+    let plain = FairRLock::open(&path).expect("open plain");
+    let outer = leased.lock().expect("outer");
+    let inner = plain.lock().expect("inner");
+    assert_eq!(inner.token(), outer.token());
+    assert_eq!(inner.lease(), Some(Duration::from_secs(30)));
+    inner
+        .extend(Duration::from_secs(60))
+        .expect("extend through the nested guard");
+    drop(outer); // out of order: the inner guard now releases the grant
+    inner.unlock().expect("unlock");
+    assert!(free_for_others(&path));
+    // And the other way round: an unleased grant stays unleased in a nested leased guard.
+    let outer = plain.lock().expect("outer, plain");
+    let inner = leased.lock().expect("inner, leased handle");
+    assert_eq!(inner.lease(), None);
+    assert!(matches!(
+        inner.extend(Duration::from_secs(1)),
+        Err(Error::InvalidOption { .. })
+    ));
+    drop(inner);
+    drop(outer);
+    assert!(free_for_others(&path));
+}
