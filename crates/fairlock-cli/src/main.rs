@@ -124,9 +124,12 @@ pub struct StatusArgs {
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// A shorter run (about 3 s) with fewer workers.
+    /// A shorter run (about 4 s) with fewer workers.
     #[arg(long)]
     pub quick: bool,
+    /// Also draw the waits as an SVG picture into FILE (replaced if it exists).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {

@@ -48,7 +48,7 @@ pub fn overtakes(grants: &[Grant]) -> Vec<usize> {
     result
 }
 
-fn fmt_ns(ns: u64) -> String {
+pub fn fmt_ns(ns: u64) -> String {
     if ns >= 1_000_000_000 {
         format!("{:.2}s", ns as f64 / 1e9)
     } else if ns >= 1_000_000 {
