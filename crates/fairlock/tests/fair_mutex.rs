@@ -315,3 +315,85 @@ fn a_guard_inherited_through_fork_gives_no_access() {
         "the child released nothing"
     );
 }
+
+#[test]
+fn a_refusal_of_a_file_from_another_boot_writes_nothing() {
+    // Review finding: the type check came after the re-initialisation of a stale file.
+    let dir = TempDir::new("mutex-refused-stale");
+    let path = dir.join("m.lock");
+    *FairMutex::<u64>::open(&path).unwrap().lock().unwrap() = 5;
+    for magic in [&b"FAIRLOCK"[..], b"FAIRLOC!"] {
+        poke(&path, 0, magic);
+        poke(&path, 48, &[0xAB; 16]); // another boot
+        let before = std::fs::read(&path).unwrap();
+        let e = FairMutex::<u32>::open(&path).map(drop).unwrap_err();
+        assert!(matches!(e, Error::DataMismatch { .. }), "{e:?}");
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "refusal wrote ({magic:?})"
+        );
+    }
+    assert_eq!(*FairMutex::<u64>::open(&path).unwrap().lock().unwrap(), 5);
+}
+
+static LEAKY: std::sync::OnceLock<FairMutex<u64>> = std::sync::OnceLock::new();
+
+#[test]
+fn a_leaked_guard_keeps_the_lock_after_its_thread_exits() {
+    // Review finding: the thread-exit watch gave a leaked guard's grant to the next holder
+    // while the leaked `&'static mut u64` was still usable: two `&mut` to one value.
+    let dir = TempDir::new("mutex-leak");
+    let m = LEAKY.get_or_init(|| FairMutex::<u64>::open(dir.join("m.lock")).unwrap());
+    let leaked: &'static mut u64 = std::thread::spawn(|| {
+        let g = Box::leak(Box::new(LEAKY.get().unwrap().lock().unwrap()));
+        &mut **g
+    })
+    .join()
+    .unwrap();
+    *leaked = 1;
+    let r = m.lock_timeout(Duration::from_millis(100)).map(drop);
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    assert!(matches!(
+        m.try_lock().map(drop),
+        Err(Error::WouldBlock { .. })
+    ));
+}
+
+static TLS_MUTEX: std::sync::OnceLock<FairMutex<u64>> = std::sync::OnceLock::new();
+
+/// A thread-local that holds a guard and writes through it in its destructor.
+struct WritesOnExit(std::cell::RefCell<Option<fairlock::MutexGuard<'static, u64>>>);
+
+impl Drop for WritesOnExit {
+    fn drop(&mut self) {
+        if let Some(mut g) = self.0.borrow_mut().take() {
+            std::thread::sleep(Duration::from_millis(50));
+            *g += 1;
+        }
+    }
+}
+
+thread_local! {
+    static KEEPER: WritesOnExit = const { WritesOnExit(std::cell::RefCell::new(None)) };
+}
+
+#[test]
+fn a_guard_in_a_thread_local_is_released_only_when_dropped() {
+    // Review finding: the exit watch, registered after this thread-local (at the first lock),
+    // ran first and gave the lock away while the thread-local's destructor still wrote.
+    let dir = TempDir::new("mutex-tls");
+    let m = TLS_MUTEX.get_or_init(|| FairMutex::<u64>::open(dir.join("m.lock")).unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        KEEPER.with(|_| ()); // registered before the first lock
+        let g = TLS_MUTEX.get().unwrap().lock().unwrap();
+        KEEPER.with(|k| *k.0.borrow_mut() = Some(g));
+        tx.send(()).unwrap();
+    });
+    rx.recv().unwrap();
+    let g = m.lock().unwrap();
+    assert_eq!(*g, 1, "granted before the thread-local's write");
+    assert!(!g.owner_died(), "released by its guard, not given up");
+    drop(g);
+    t.join().unwrap();
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::arc_guard::ArcLockGuard;
 use super::guard::LockGuard;
 use super::options::OpenOptions;
-use super::shared::{ExitWatch, Hold, Shared};
+use super::shared::{ExitWatch, Hold, KEPT_ON_EXIT, Shared};
 use crate::core::{self, Grant, Me, Tuning, WaitError};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
@@ -49,6 +49,9 @@ pub struct FairLock {
     lease_ms: Option<u64>,
     tuning: Tuning,
     create: CreateOptions,
+    /// [`KEPT_ON_EXIT`] for a `FairMutex`'s lock (its thread's exit never gives a grant up),
+    /// else 0.
+    kept_on_exit: u64,
 }
 
 // SAFETY: all fields are Send + Sync except the raw pointer `current`, which always points into
@@ -90,6 +93,11 @@ impl FairLock {
             lease_ms: o.lease_ms(),
             tuning: o.tuning(),
             create: *o.create_options(),
+            kept_on_exit: if o.create_options().data_type.is_empty() {
+                0
+            } else {
+                KEPT_ON_EXIT
+            },
         })
     }
 
@@ -300,9 +308,10 @@ impl FairLock {
     fn held<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
         // Relaxed: these are read back only by this thread (see `Hold::owner`).
         sh.hold.ticket.store(g.ticket, Relaxed);
-        sh.hold
-            .grant_meta
-            .store(Hold::meta(self.lease_ms, g.died), Relaxed);
+        sh.hold.grant_meta.store(
+            Hold::meta(self.lease_ms, g.died, self.kept_on_exit),
+            Relaxed,
+        );
         sh.hold.depth.store(1, Relaxed);
         sh.hold
             .owner

@@ -32,6 +32,18 @@ use crate::error::{Error, Result};
 /// panics while holding, the next holder's guard reports [`owner_died`](MutexGuard::owner_died):
 /// the value may be half-updated, repair it (there is no poisoning that refuses access).
 ///
+/// **Who creates the file decides what it holds.** A new (or half-initialised) file gets the
+/// shape of whoever initialises it first: if a [`FairLock`], a [`FairRLock`](crate::FairRLock)
+/// or `fairlock run` gets there before the `FairMutex<T>`, the file has no data area, and
+/// every `FairMutex::open` of it fails with [`Error::DataMismatch`] until it is deleted. Create
+/// a `FairMutex` file with `FairMutex::open` before anything else uses the path (the other
+/// kinds then use it fine).
+///
+/// **A leaked guard keeps the lock.** A plain lock's grant is given up when its thread exits
+/// still holding it; a `FairMutex` grant is not, because a leaked guard (`mem::forget`,
+/// `Box::leak`) or one kept in a thread-local may still reach the value. As with std's
+/// `Mutex`, such a lock stays held until the guard is dropped — or its process dies.
+///
 /// **No leases.** A `FairMutex` cannot be opened with [`OpenOptions::lease`]: a holder whose
 /// lease ran out would still hold `&mut T` while the next holder writes the same bytes, and
 /// nothing can take a reference back. A holder is therefore only ever taken over when it is
@@ -182,12 +194,14 @@ impl<'a, T: Pod> MutexGuard<'a, T> {
     fn new(guard: LockGuard<'a>) -> Result<MutexGuard<'a, T>> {
         let sh = guard.shared();
         if sh.geometry().data != shape_of::<T>() {
-            // Only after a fork: the child reopened the path and found another file there.
+            // After a fork the child reopened the path and found another file there (or, in
+            // any process, a view shared by device and inode whose file was re-initialised by
+            // a plain opener after its creator died initialising it).
             drop(guard);
             return Err(Error::DataMismatch {
                 path: sh.path.clone(),
                 wanted: std::any::type_name::<T>(),
-                what: "after fork, the path names another lock file, without this data".into(),
+                what: "the lock file this handle now uses does not hold this data".into(),
             });
         }
         let data = match sh.data() {

@@ -65,16 +65,21 @@ pub(crate) struct Hold {
     pub(crate) depth: AtomicU32,
 }
 
+/// The bit of `Hold::grant_meta` marking a grant that its thread's exit must not give up
+/// (a `FairMutex` grant: see [`ExitWatch`]).
+pub(crate) const KEPT_ON_EXIT: u64 = 1 << 63;
+
 impl Hold {
-    /// The `grant_meta` word of a grant.
+    /// The `grant_meta` word of a grant (`kept_on_exit`: [`KEPT_ON_EXIT`]).
     #[inline]
-    pub(crate) fn meta(lease_ms: Option<u64>, died: bool) -> u64 {
-        (lease_ms.unwrap_or(0) << 1) | u64::from(died)
+    pub(crate) fn meta(lease_ms: Option<u64>, died: bool, kept_on_exit: u64) -> u64 {
+        (lease_ms.unwrap_or(0) << 1) | u64::from(died) | kept_on_exit
     }
 
     /// The held grant's (lease in ms, died flag), from `grant_meta`.
     pub(crate) fn grant_of(meta: u64) -> (Option<u64>, bool) {
-        (Some(meta >> 1).filter(|&ms| ms != 0), meta & 1 != 0)
+        let lease = (meta & !KEPT_ON_EXIT) >> 1;
+        (Some(lease).filter(|&ms| ms != 0), meta & 1 != 0)
     }
 }
 
@@ -291,6 +296,16 @@ impl Shared {
 /// A thread-local whose destructor runs when a thread that has locked exits: any lock it
 /// still holds (a leaked guard) is given up as if its owner died, so the next waiter takes
 /// over and is told through `owner_died`.
+///
+/// Except a `FairMutex` grant (marked [`KEPT_ON_EXIT`]): the guard may still exist — leaked
+/// with a `&'static mut T` handed to another thread, or kept in a thread-local whose
+/// destructor runs after this one — and giving the lock to the next holder would make two
+/// `&mut T` to one value. Such a grant stays held, as a leaked std `MutexGuard` keeps its
+/// `Mutex` locked, until the guard is dropped or the process dies.
+///
+/// For a plain lock the same two cases release early: a guard kept in a thread-local
+/// registered before the thread first locked is released (its holder told nothing until its
+/// `check` or `unlock`) before that thread-local's destructor runs (docs/DESIGN.md, limits).
 pub(crate) struct ExitWatch;
 
 thread_local! {
@@ -317,7 +332,11 @@ impl Drop for ExitWatch {
                 .collect()
         });
         for sh in views {
-            if !sh.is_current() || sh.holder_tid() != tid {
+            // Relaxed: written by this very thread when it acquired.
+            if !sh.is_current()
+                || sh.holder_tid() != tid
+                || sh.hold.grant_meta.load(Relaxed) & KEPT_ON_EXIT != 0
+            {
                 continue;
             }
             // Relaxed: written by this very thread when it acquired.

@@ -154,7 +154,7 @@ fn initialise(
     file: &File,
     path: &Path,
     g: Geometry,
-    boot: [u64; 2],
+    boot: Option<[u64; 2]>,
     next_ticket: u64,
     data: Data,
 ) -> Result<()> {
@@ -162,7 +162,7 @@ fn initialise(
         Data::Zero => MAGIC_PENDING,
         Data::Keep => MAGIC_REINIT,
     };
-    let img = initial_image(g, boot, next_ticket, magic);
+    let img = initial_image(g, boot.unwrap_or(boot_id::UNKNOWN), next_ticket, magic);
     file.write_all_at(&img, 0)
         .map_err(|e| Error::io(path, "initialise", e))?;
     if data == Data::Zero && g.data.size > 0 {
@@ -186,16 +186,16 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
     let geometry = match read_verdict(&file, path)? {
         Verdict::Valid {
             geometry, boot_id, ..
-        } if boot_id == boot => geometry,
+        } if !boot_id::is_stale(boot_id, boot) => {
+            check_data(path, o, geometry)?;
+            geometry
+        }
         // Refused without taking the lock: these are never written.
         v @ (Verdict::Foreign | Verdict::Incompatible(_)) => {
             return Err(judge(path, v).unwrap_err());
         }
         _ => initialise_locked(&file, path, o, boot)?,
     };
-    if !o.data_type.is_empty() && geometry.data != o.data {
-        return Err(data_mismatch(path, o, geometry.data));
-    }
     let mapping = Mapping::new(&file, geometry).map_err(|e| Error::io(path, "mmap", e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
     Ok(Opened {
@@ -203,6 +203,16 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
         mapping,
         id: (meta.dev(), meta.ino()),
     })
+}
+
+/// For a `FairMutex` opener (`o.data_type` set): `Ok` only if the file's data area is exactly
+/// the one asked for. Called on every valid file before anything is written to it.
+fn check_data(path: &Path, o: &CreateOptions, g: Geometry) -> Result<()> {
+    if o.data_type.is_empty() || g.data == o.data {
+        Ok(())
+    } else {
+        Err(data_mismatch(path, o, g.data))
+    }
 }
 
 /// The refusal of a file whose data area is `found` for a `FairMutex` of `o.data_type`.
@@ -261,7 +271,7 @@ fn initialise_locked(
     file: &File,
     path: &Path,
     o: &CreateOptions,
-    boot: [u64; 2],
+    boot: Option<[u64; 2]>,
 ) -> Result<Geometry> {
     lock_for_initialisation(file, path, o.init_wait)?;
     let result = (|| match read_verdict(file, path)? {
@@ -282,7 +292,8 @@ fn initialise_locked(
             boot_id,
             next_ticket,
         } => {
-            if boot_id != boot {
+            check_data(path, o, geometry)?;
+            if boot_id::is_stale(boot_id, boot) {
                 // Everyone who used it died with the previous boot. Keep the tickets going
                 // so fencing tokens never repeat.
                 initialise(file, path, geometry, boot, next_ticket, Data::Keep)?;
@@ -293,6 +304,7 @@ fn initialise_locked(
             geometry,
             next_ticket,
         } => {
+            check_data(path, o, geometry)?;
             initialise(file, path, geometry, boot, next_ticket, Data::Keep)?;
             Ok(geometry)
         }

@@ -1,13 +1,24 @@
 //! The kernel's boot id (`/proc/sys/kernel/random/boot_id`), to recognise lock files left by
 //! an earlier boot.
 
-/// The boot id as two little-endian u64 halves, or zeros if it cannot be read (then files are
-/// never considered stale).
-pub fn read() -> [u64; 2] {
+/// The boot id written into a file by a process that cannot read its own.
+pub const UNKNOWN: [u64; 2] = [0, 0];
+
+/// The boot id as two little-endian u64 halves, or `None` if it cannot be read (no `/proc`
+/// in a sandbox or chroot, a seccomp filter, no descriptor left).
+pub fn read() -> Option<[u64; 2]> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .ok()
         .and_then(|s| parse(&s))
-        .unwrap_or([0, 0])
+        .filter(|id| *id != UNKNOWN)
+}
+
+/// Whether a file stamped with boot id `file` is from an earlier boot, as seen by a process
+/// whose boot id is `ours`: only if both are known and differ. An unknown id on either side
+/// says nothing, and re-initialising a file that live processes use would break the lock, so
+/// such a file is never taken as stale.
+pub fn is_stale(file: [u64; 2], ours: Option<[u64; 2]>) -> bool {
+    matches!(ours, Some(ours) if file != UNKNOWN && file != ours)
 }
 
 /// Parses a UUID (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) into 16 bytes.
@@ -39,5 +50,18 @@ mod tests {
     #[cfg_attr(miri, ignore = "reads /proc, which Miri isolates")]
     fn reads_this_boot() {
         assert_eq!(super::read(), super::read());
+        assert!(super::read().is_some(), "this machine has /proc");
+    }
+
+    #[test]
+    fn only_two_known_different_ids_make_a_file_stale() {
+        use super::{UNKNOWN, is_stale};
+        assert!(is_stale([1, 2], Some([3, 4])));
+        assert!(!is_stale([1, 2], Some([1, 2])));
+        assert!(!is_stale([1, 2], None), "we cannot read ours: never stale");
+        assert!(
+            !is_stale(UNKNOWN, Some([3, 4])),
+            "written by one that could not read its own"
+        );
     }
 }
