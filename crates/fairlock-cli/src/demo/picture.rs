@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 const EIGHTHS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
 
 /// A bar `width` cells wide at most, `value / max` of it filled (a sliver for any non-zero
-/// value), padded to `width`.
+/// value; nothing when `max` is zero), padded to `width`.
 pub fn bar(value: f64, max: f64, width: usize) -> String {
     let frac = if max > 0.0 {
         (value / max).clamp(0.0, 1.0)
@@ -15,7 +15,11 @@ pub fn bar(value: f64, max: f64, width: usize) -> String {
         0.0
     };
     let eighths = (frac * (width * 8) as f64).round() as usize;
-    let eighths = if value > 0.0 { eighths.max(1) } else { 0 };
+    let eighths = if value > 0.0 && max > 0.0 {
+        eighths.max(1)
+    } else {
+        eighths
+    };
     let mut s = "█".repeat(eighths / 8);
     if eighths % 8 != 0 {
         s.push(EIGHTHS[eighths % 8]);
