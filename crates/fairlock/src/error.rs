@@ -33,6 +33,14 @@ pub enum Error {
         /// The lock file.
         path: PathBuf,
     },
+    /// A re-entrant lock was locked again by its holder more times than it counts (guards
+    /// forgotten in a loop, most likely).
+    TooDeep {
+        /// The lock file.
+        path: PathBuf,
+        /// The most nested levels a grant may have.
+        levels: u32,
+    },
     /// The lock is no longer ours: it was taken over (lease expired, or the holder was judged
     /// dead) or revoked, or the guard was inherited through `fork`. Anything done under it
     /// since may have overlapped another holder; use the fencing token to reject stale writes
@@ -146,6 +154,7 @@ impl Error {
             Error::WouldBlock { path }
             | Error::Timeout { path }
             | Error::WouldDeadlock { path }
+            | Error::TooDeep { path, .. }
             | Error::LockLost { path }
             | Error::Corrupt { path, .. }
             | Error::Incompatible { path, .. }
@@ -167,6 +176,7 @@ impl Error {
             Error::WouldBlock { .. } => K::WouldBlock,
             Error::Timeout { .. } | Error::InitLocked { .. } => K::TimedOut,
             Error::WouldDeadlock { .. } => K::Deadlock,
+            Error::TooDeep { .. } => K::ResourceBusy,
             Error::LockLost { .. } => K::Other,
             Error::Corrupt { .. }
             | Error::Incompatible { .. }
@@ -191,6 +201,11 @@ impl fmt::Display for Error {
             Error::WouldDeadlock { path } => {
                 write!(f, "{}: this thread already holds the lock", path.display())
             }
+            Error::TooDeep { path, levels } => write!(
+                f,
+                "{}: this thread holds the lock {levels} levels deep already (guards forgotten?)",
+                path.display()
+            ),
             Error::LockLost { path } => write!(
                 f,
                 "{}: the lock was lost: taken over after the lease expired, or revoked",

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -104,4 +105,65 @@ fn a_process_that_cannot_read_its_boot_id_never_re_initialises() {
     );
     assert!(held.check().is_ok(), "the holder must keep the lock");
     held.unlock().unwrap();
+}
+
+#[test]
+fn a_file_used_by_a_process_without_a_boot_id_is_not_re_initialised_by_one_with() {
+    // Second review: a process that cannot read its boot id takes a file stamped with an
+    // earlier boot's id as current and locks it; a process that can read its own then took
+    // the file as stale and re-initialised it under the live holder. A file really left over
+    // from an earlier boot has no live participant, and now that is checked first.
+    const TEST: &str =
+        "a_file_used_by_a_process_without_a_boot_id_is_not_re_initialised_by_one_with";
+    if role().is_some() {
+        assert_eq!(std::fs::read_to_string(BOOT_ID).unwrap_or_default(), "");
+        let lock = FairLock::open(common::env("FL_LOCK")).expect("open");
+        let g = lock.lock().expect("lock");
+        println!("held");
+        std::io::stdout().flush().unwrap();
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        assert!(
+            g.check().is_ok(),
+            "the holder lost the lock: {:?}",
+            g.check()
+        );
+        g.unlock().expect("unlock");
+        return;
+    }
+    if !unshare_mount_works() {
+        eprintln!("SKIPPED: `unshare -m` with a bind mount is not permitted here");
+        return;
+    }
+    let dir = TempDir::new("boot-mixed");
+    let path = dir.join("a.lock");
+    drop(FairLock::open(&path).unwrap());
+    stamp(&path, [0xAB; 16]); // as if from an earlier boot
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!("mount --bind /dev/null {BOOT_ID} && exec \"$0\" \"$@\""),
+        ])
+        .arg(&exe)
+        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(common::ROLE, "worker")
+        .env("FL_LOCK", &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("held") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "worker ended early");
+    }
+    let lock = FairLock::open(&path).expect("open with a known boot id");
+    let r = lock.try_lock().map(drop);
+    assert!(matches!(r, Err(Error::WouldBlock { .. })), "{r:?}");
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(child.wait().unwrap().success(), "worker failed");
 }

@@ -222,3 +222,39 @@ fn nested_guard_takes_the_lease_of_the_outer_grant() {
     drop(outer);
     assert!(free_for_others(&path));
 }
+
+#[test]
+fn nesting_is_bounded_and_never_gives_the_outer_grant_away() {
+    // Second review: the depth counter ran into the poison bit after 2^31 forgotten nested
+    // guards, and the next nested release gave up the outer grant (of a FairMutex, too,
+    // whose `&mut` was still alive). Now a nested lock past the bound is refused.
+    let dir = common::TempDir::new("reentrancy-depth");
+    let path = dir.join("m.lock");
+    let m = fairlock::FairMutex::<u64>::open(&path).unwrap();
+    let rl = fairlock::FairRLock::open(&path).unwrap();
+    let mut g = m.lock().unwrap();
+    let mut refused = None;
+    for n in 0..(1u64 << 25) {
+        match rl.lock() {
+            Ok(nested) => std::mem::forget(nested),
+            Err(e) => {
+                refused = Some((n, e));
+                break;
+            }
+        }
+    }
+    let (n, e) = refused.expect("nesting never refused");
+    assert!(matches!(e, fairlock::Error::TooDeep { .. }), "{e:?}");
+    assert_eq!(
+        n,
+        (1 << 24) - 1,
+        "refused after the bound, counting the outer grant"
+    );
+    let other = std::thread::scope(|s| s.spawn(|| m.try_lock().map(drop)).join().unwrap());
+    assert!(
+        matches!(other, Err(fairlock::Error::WouldBlock { .. })),
+        "{other:?}"
+    );
+    *g += 1;
+    assert!(g.check().is_ok());
+}

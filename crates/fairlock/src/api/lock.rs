@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::arc_guard::ArcLockGuard;
-use super::guard::LockGuard;
+use super::guard::{LockGuard, POISONED};
 use super::options::OpenOptions;
 use super::shared::{ExitWatch, Hold, KEPT_ON_EXIT, Shared};
 use crate::core::{self, Grant, Me, Tuning, WaitError};
@@ -249,8 +249,17 @@ impl FairLock {
                 path: sh.path.clone(),
             });
         }
-        // Relaxed: only the holding thread (us) reads or writes these.
-        sh.hold.depth.fetch_add(1, Relaxed);
+        // Relaxed: only the holding thread (us) reads or writes these. Bounded, so that the
+        // count can never reach the poison bit or wrap (a guard forgotten in a loop would
+        // otherwise make the outer grant look like its last level: review finding).
+        let depth = sh.hold.depth.load(Relaxed);
+        if depth & !POISONED >= MAX_DEPTH {
+            return Err(Error::TooDeep {
+                path: sh.path.clone(),
+                levels: MAX_DEPTH,
+            });
+        }
+        sh.hold.depth.store(depth + 1, Relaxed);
         // The grant's lease, which the handle that took it chose (maybe not this one).
         let (lease_ms, died) = Hold::grant_of(sh.hold.grant_meta.load(Relaxed));
         let grant = Grant {
@@ -328,6 +337,9 @@ fn wait_error(sh: &Shared, e: WaitError) -> Error {
         WaitError::Corrupt(what) => Error::corrupt(&sh.path, what),
     }
 }
+
+/// The most nested levels a re-entrant grant may have (far below the poison bit).
+pub(crate) const MAX_DEPTH: u32 = 1 << 24;
 
 /// The monotonic deadline (`CLOCK_MONOTONIC` ns) `timeout` from now.
 pub(crate) fn deadline_after(timeout: Duration) -> u64 {

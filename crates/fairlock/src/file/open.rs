@@ -16,7 +16,7 @@ use super::validate::{Verdict, validate_header};
 use crate::core::Geometry;
 use crate::core::layout::{DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT};
 use crate::error::{Error, Result};
-use crate::sys::{boot_id, fs};
+use crate::sys::{boot_id, fs, ofd};
 
 /// How to open or create a lock file.
 #[derive(Clone, Copy, Debug)]
@@ -205,6 +205,11 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
     })
 }
 
+/// Whether any participant entry of the file is claimed by a live process (its beacon held).
+fn participants_alive(file: &File, path: &Path, g: Geometry) -> Result<bool> {
+    ofd::any_held(file.as_fd(), g.participants).map_err(|e| Error::io(path, "probe beacons", e))
+}
+
 /// For a `FairMutex` opener (`o.data_type` set): `Ok` only if the file's data area is exactly
 /// the one asked for. Called on every valid file before anything is written to it.
 fn check_data(path: &Path, o: &CreateOptions, g: Geometry) -> Result<()> {
@@ -293,7 +298,11 @@ fn initialise_locked(
             next_ticket,
         } => {
             check_data(path, o, geometry)?;
-            if boot_id::is_stale(boot_id, boot) {
+            // A file from an earlier boot has no live participant: everyone who used it died
+            // with that boot. A held beacon means a live process uses it anyway — one that
+            // could not read its boot id and so took the file as current (review finding) —
+            // and rewriting the lock state under it would break the lock.
+            if boot_id::is_stale(boot_id, boot) && !participants_alive(file, path, geometry)? {
                 // Everyone who used it died with the previous boot. Keep the tickets going
                 // so fencing tokens never repeat.
                 initialise(file, path, geometry, boot, next_ticket, Data::Keep)?;

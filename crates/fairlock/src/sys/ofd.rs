@@ -58,3 +58,12 @@ pub fn is_held(fd: BorrowedFd<'_>, index: u32) -> io::Result<bool> {
     fcntl(fd, libc::F_OFD_GETLK, &mut fl)?;
     Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
 }
+
+/// Whether some other open file description holds any of beacons `0..count` (one
+/// `F_OFD_GETLK` over the whole range: it reports a conflicting lock if there is one).
+pub fn any_held(fd: BorrowedFd<'_>, count: u32) -> io::Result<bool> {
+    let mut fl = flock_for(0, libc::F_WRLCK as libc::c_short);
+    fl.l_len = libc::off_t::from(count.max(1));
+    fcntl(fd, libc::F_OFD_GETLK, &mut fl)?;
+    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+}
