@@ -85,9 +85,14 @@ fn main() {
             best128 = best128.min(t.elapsed().as_nanos() as f64 / N as f64);
         }
     }
-    println!("uncontended lock + unlock as two CAS on one word of a shared file mapping (best of 5 x {N}):");
+    println!(
+        "uncontended lock + unlock as two CAS on one word of a shared file mapping (best of 5 x {N}):"
+    );
     println!("  64-bit  lock cmpxchg     {best64:.1} ns");
-    println!("  128-bit lock cmpxchg16b  {best128:.1} ns  ({:.2}x)", best128 / best64);
+    println!(
+        "  128-bit lock cmpxchg16b  {best128:.1} ns  ({:.2}x)",
+        best128 / best64
+    );
 }
 
 fn tempfile() -> std::fs::File {

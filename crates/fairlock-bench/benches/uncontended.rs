@@ -2,7 +2,7 @@
 //! pthread mutex, `flock` and an OFD lock. The competitors are the very ones the
 //! `lockbench` example measures (same source file).
 //!
-//! `CARGO_TARGET_DIR=/work/target-bench cargo bench --bench uncontended`
+//! `CARGO_TARGET_DIR=/work/target-bench cargo bench -p fairlock-bench --bench uncontended`
 
 use std::hint::black_box;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! markdown tables with absolute figures and ratios to each peer.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/target-bench cargo run --release --example lockbench -- [--quick]
+//! CARGO_TARGET_DIR=/work/target-bench cargo run --release -p fairlock-bench --example lockbench -- [--quick]
 //! ```
 //!
 //! See `docs/BENCHMARKS.md` for what every figure means. The harness re-executes itself

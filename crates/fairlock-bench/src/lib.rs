@@ -1,0 +1,10 @@
+//! fairlock's benchmarks, in a crate of their own so that they use the library exactly as a
+//! user's crate does (public API only, the user's inlining and code layout):
+//!
+//! * `examples/lockbench/` — every competitor interleaved: uncontended, contended throughput
+//!   and fairness, hand-off latency, crash recovery (`docs/BENCHMARKS.md`);
+//! * `examples/uncontended_user.rs` — the uncontended loop written as users write it, with and
+//!   without `black_box` on the guard;
+//! * `benches/uncontended.rs` — the criterion microbenchmark.
+//!
+//! This library itself is empty.
