@@ -61,6 +61,23 @@ fn unshare_mount_works() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// This test binary re-run as the worker of `test`, in a mount namespace of its own where the
+/// boot id is bind-mounted over with `/dev/null` (so it reads as empty).
+fn worker_without_boot_id(test: &str, lock: &std::path::Path) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "-m",
+        "sh",
+        "-c",
+        &format!("mount --bind /dev/null {BOOT_ID} && exec \"$0\" \"$@\""),
+    ])
+    .arg(std::env::current_exe().unwrap())
+    .args([test, "--exact", "--nocapture", "--test-threads=1"])
+    .env(common::ROLE, "worker")
+    .env("FL_LOCK", lock);
+    cmd
+}
+
 #[test]
 fn a_process_that_cannot_read_its_boot_id_never_re_initialises() {
     const TEST: &str = "a_process_that_cannot_read_its_boot_id_never_re_initialises";
@@ -83,20 +100,7 @@ fn a_process_that_cannot_read_its_boot_id_never_re_initialises() {
     let path = dir.join("a.lock");
     let lock = FairLock::open(&path).unwrap();
     let held = lock.lock().unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("unshare")
-        .args([
-            "-m",
-            "sh",
-            "-c",
-            &format!("mount --bind /dev/null {BOOT_ID} && exec \"$0\" \"$@\""),
-        ])
-        .arg(&exe)
-        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(common::ROLE, "worker")
-        .env("FL_LOCK", &path)
-        .output()
-        .unwrap();
+    let out = worker_without_boot_id(TEST, &path).output().unwrap();
     assert!(
         out.status.success(),
         "worker: {}\n{}",
@@ -139,18 +143,7 @@ fn a_file_used_by_a_process_without_a_boot_id_is_not_re_initialised_by_one_with(
     let path = dir.join("a.lock");
     drop(FairLock::open(&path).unwrap());
     stamp(&path, [0xAB; 16]); // as if from an earlier boot
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new("unshare")
-        .args([
-            "-m",
-            "sh",
-            "-c",
-            &format!("mount --bind /dev/null {BOOT_ID} && exec \"$0\" \"$@\""),
-        ])
-        .arg(&exe)
-        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(common::ROLE, "worker")
-        .env("FL_LOCK", &path)
+    let mut child = worker_without_boot_id(TEST, &path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
