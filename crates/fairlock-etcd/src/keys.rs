@@ -1,0 +1,211 @@
+//! Lock names and the etcd keys of one lock.
+//!
+//! A lock `NAME` owns every key under `fairlock/NAME/`:
+//!
+//! - `fairlock/NAME/q/LEASE-SEQ`: one per queued or holding client, attached to its lease
+//!   (so it disappears when the client's lease expires). Its create revision is its place in
+//!   line and, once granted, the fencing token. Its value says who it is (`pid=… host=…
+//!   since=…`), for `fairlock status`.
+//! - `fairlock/NAME/held`: no lease; the grant record (see [`Held`]).
+
+use crate::error::{Error, Result};
+
+/// The longest lock name, in bytes.
+pub const MAX_NAME: usize = 255;
+
+/// The keys of one lock.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    pub name: String,
+    /// `fairlock/NAME/q/`: the queue's prefix.
+    pub queue: Vec<u8>,
+    /// `fairlock/NAME/held`: the grant record.
+    pub held: Vec<u8>,
+}
+
+impl Keys {
+    pub fn new(name: &str) -> Result<Keys> {
+        validate(name)?;
+        Ok(Keys {
+            name: name.to_owned(),
+            queue: format!("fairlock/{name}/q/").into_bytes(),
+            held: format!("fairlock/{name}/held").into_bytes(),
+        })
+    }
+
+    /// The queue key of the `seq`th acquisition under lease `lease`.
+    pub fn entry(&self, lease: i64, seq: u64) -> Vec<u8> {
+        let mut k = self.queue.clone();
+        k.extend_from_slice(format!("{lease:016x}-{seq}").as_bytes());
+        k
+    }
+}
+
+/// Checks a lock name: 1 to 255 bytes of UTF-8 with no `/` (names must not nest: the queue of
+/// `a` must not contain the keys of `a/q`) and no control characters (they would garble
+/// `fairlock status` and logs).
+pub fn validate(name: &str) -> Result<()> {
+    let bad = |what| Error::InvalidName {
+        name: name.escape_debug().to_string(),
+        what,
+    };
+    if name.is_empty() {
+        return Err(bad("empty"));
+    }
+    if name.len() > MAX_NAME {
+        return Err(bad("longer than 255 bytes"));
+    }
+    if name.contains('/') {
+        return Err(bad("contains '/'"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(bad("contains a control character"));
+    }
+    Ok(())
+}
+
+/// The grant record `fairlock/NAME/held`: written by each client as it is granted the lock
+/// (in the transaction that checks its queue key still exists) and by each holder as it
+/// releases it (in the transaction that deletes its key). A holder whose lease expired
+/// never writes `released`, which is how the next holder learns that its predecessor died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// `held TOKEN clean|died`: granted to the entry of create revision TOKEN; whether the
+    /// holder before it had released (kept so that a retried grant finds its first verdict).
+    Held { token: i64, owner_died: bool },
+    /// `released TOKEN`: the holder of TOKEN released it.
+    Released { token: i64 },
+}
+
+impl Held {
+    pub fn encode(self) -> String {
+        match self {
+            Held::Held { token, owner_died } => {
+                format!("held {token} {}", if owner_died { "died" } else { "clean" })
+            }
+            Held::Released { token } => format!("released {token}"),
+        }
+    }
+
+    pub fn decode(name: &str, v: &[u8]) -> Result<Held> {
+        let corrupt = || Error::Corrupt {
+            name: name.to_owned(),
+            what: format!(
+                "fairlock/{name}/held is {:?}, not \"held N clean|died\" or \"released N\"",
+                String::from_utf8_lossy(v)
+            ),
+        };
+        let s = std::str::from_utf8(v).map_err(|_| corrupt())?;
+        let mut w = s.split(' ');
+        let held = match (w.next(), w.next(), w.next(), w.next()) {
+            (Some("held"), Some(t), Some(v), None) => Held::Held {
+                token: t.parse().map_err(|_| corrupt())?,
+                owner_died: match v {
+                    "clean" => false,
+                    "died" => true,
+                    _ => return Err(corrupt()),
+                },
+            },
+            (Some("released"), Some(t), None, None) => Held::Released {
+                token: t.parse().map_err(|_| corrupt())?,
+            },
+            _ => return Err(corrupt()),
+        };
+        Ok(held)
+    }
+
+    /// Whether a client granted as `me`, finding this record, takes over from a holder that
+    /// never released.
+    pub fn verdict_for(self, me: i64) -> bool {
+        match self {
+            Held::Released { .. } => false,
+            Held::Held { token, owner_died } if token == me => owner_died,
+            Held::Held { .. } => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate("jobs").is_ok());
+        assert!(validate("user-123.eu_west").is_ok());
+        assert!(validate(&"x".repeat(255)).is_ok());
+        for (bad, why) in [
+            ("", "empty"),
+            ("a/b", "contains '/'"),
+            ("a\nb", "contains a control character"),
+            ("a\u{7f}", "contains a control character"),
+        ] {
+            match validate(bad) {
+                Err(Error::InvalidName { what, .. }) => assert_eq!(what, why, "{bad:?}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert!(validate(&"x".repeat(256)).is_err());
+        let e = validate("a\tb").unwrap_err().to_string();
+        assert_eq!(e, "lock name \"a\\tb\": contains a control character");
+    }
+
+    #[test]
+    fn keys() {
+        let k = Keys::new("jobs").unwrap();
+        assert_eq!(k.queue, b"fairlock/jobs/q/");
+        assert_eq!(k.held, b"fairlock/jobs/held");
+        assert_eq!(k.entry(0x1f, 3), b"fairlock/jobs/q/000000000000001f-3");
+    }
+
+    #[test]
+    fn held_records() {
+        for h in [
+            Held::Held {
+                token: 7,
+                owner_died: true,
+            },
+            Held::Held {
+                token: 8,
+                owner_died: false,
+            },
+            Held::Released { token: 9 },
+        ] {
+            assert_eq!(Held::decode("n", h.encode().as_bytes()).unwrap(), h);
+        }
+        for bad in [
+            "",
+            "held",
+            "held 1",
+            "held x clean",
+            "held 1 maybe",
+            "released",
+            "gone 1",
+            "held 1 clean x",
+        ] {
+            assert!(Held::decode("n", bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        assert!(!Held::Released { token: 3 }.verdict_for(5));
+        assert!(
+            Held::Held {
+                token: 3,
+                owner_died: false
+            }
+            .verdict_for(5)
+        );
+        assert!(
+            !Held::Held {
+                token: 5,
+                owner_died: false
+            }
+            .verdict_for(5)
+        );
+        assert!(
+            Held::Held {
+                token: 5,
+                owner_died: true
+            }
+            .verdict_for(5)
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! [`EtcdOptions`]: the lease TTL and the timeouts, and the `connect` calls that use them.
+
+use std::time::Duration;
+
+use crate::asynchronous::AsyncEtcdLock;
+use crate::blocking::EtcdLock;
+use crate::error::{Error, Result};
+
+/// Options for connecting to an etcd lock: `EtcdLock::options().lease_ttl(…).connect(…)`.
+///
+/// | option | default | meaning |
+/// |---|---|---|
+/// | [`lease_ttl`](Self::lease_ttl) | 10 s | how long the lock outlives a client that stopped renewing (crashed, stopped, cut off): the longest a dead holder blocks the others, and the shortest time after which a holder cut off from etcd loses the lock |
+/// | [`connect_timeout`](Self::connect_timeout) | 2 s | for each TCP connection to an endpoint |
+/// | [`request_timeout`](Self::request_timeout) | 5 s | for each request; transient failures are retried within the calls' own deadlines |
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    pub(crate) lease_ttl: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        EtcdOptions {
+            lease_ttl: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl EtcdOptions {
+    /// The default options.
+    pub fn new() -> EtcdOptions {
+        EtcdOptions::default()
+    }
+
+    /// The lease's time to live: a whole number of seconds, at least 1 (etcd's unit; etcd
+    /// may raise it to its own minimum, which the guard then uses). Keep-alives are sent
+    /// every third of it.
+    pub fn lease_ttl(&mut self, ttl: Duration) -> &mut Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// The timeout of each TCP connection attempt.
+    pub fn connect_timeout(&mut self, d: Duration) -> &mut Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// The timeout of each request to etcd.
+    pub fn request_timeout(&mut self, d: Duration) -> &mut Self {
+        self.request_timeout = d;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<i64> {
+        let bad = |what: String| Err(Error::InvalidOption { what });
+        let ttl = self.lease_ttl;
+        if ttl.subsec_nanos() != 0 || ttl.as_secs() == 0 {
+            return bad(format!(
+                "lease_ttl {ttl:?}: etcd leases are whole seconds, at least 1"
+            ));
+        }
+        let Ok(ttl_s) = i64::try_from(ttl.as_secs()) else {
+            return bad(format!("lease_ttl {ttl:?}: too long"));
+        };
+        if ttl_s > 9_000_000_000 {
+            return bad(format!("lease_ttl {ttl:?}: longer than etcd's maximum"));
+        }
+        if self.connect_timeout.is_zero() {
+            return bad("connect_timeout is zero".into());
+        }
+        if self.request_timeout.is_zero() {
+            return bad("request_timeout is zero".into());
+        }
+        Ok(ttl_s)
+    }
+
+    /// Connects to the cluster at `endpoints` (`HOST:PORT` or `http://HOST:PORT`) and opens
+    /// the lock `name`, for blocking use; see [`EtcdLock::connect`].
+    pub fn connect<S: AsRef<str>>(&self, endpoints: &[S], name: &str) -> Result<EtcdLock> {
+        EtcdLock::connect_with(self, endpoints, name)
+    }
+
+    /// Connects for async use; see [`AsyncEtcdLock::connect`].
+    pub async fn connect_async<S: AsRef<str>>(
+        &self,
+        endpoints: &[S],
+        name: &str,
+    ) -> Result<AsyncEtcdLock> {
+        AsyncEtcdLock::connect_with(self, endpoints, name).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation() {
+        assert_eq!(EtcdOptions::new().validate().unwrap(), 10);
+        for (o, what) in [
+            (
+                EtcdOptions::new()
+                    .lease_ttl(Duration::from_millis(1500))
+                    .clone(),
+                "whole seconds",
+            ),
+            (
+                EtcdOptions::new().lease_ttl(Duration::ZERO).clone(),
+                "whole seconds",
+            ),
+            (
+                EtcdOptions::new().request_timeout(Duration::ZERO).clone(),
+                "request_timeout",
+            ),
+            (
+                EtcdOptions::new().connect_timeout(Duration::ZERO).clone(),
+                "connect_timeout",
+            ),
+        ] {
+            match o.validate() {
+                Err(Error::InvalidOption { what: w }) => assert!(w.contains(what), "{w}"),
+                other => panic!("{o:?}: {other:?}"),
+            }
+        }
+    }
+}

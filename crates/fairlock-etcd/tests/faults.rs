@@ -1,0 +1,104 @@
+//! Cluster faults: one member of three killed (locking goes on), two killed (clear errors and
+//! no grant without a quorum, recovery when they return).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::Cluster;
+use common::{connect, kind};
+use fairlock_etcd::Error;
+
+#[test]
+fn one_member_killed_locking_goes_on() {
+    let mut cluster = Cluster::start("one-down");
+    let lock = connect(&cluster.endpoints(), "one", 3);
+    let other = connect(&cluster.endpoints(), "one", 3);
+    let mut last = 0;
+    for round in 0..30 {
+        if round == 10 {
+            cluster.kill(0);
+        }
+        if round == 20 {
+            cluster.restart(0);
+            cluster.kill(1);
+        }
+        let g = lock.lock().unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(g.token() > last);
+        last = g.token();
+        assert!(matches!(other.try_lock(), Err(Error::WouldBlock { .. })));
+        g.unlock().unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let g = other
+            .lock()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(!g.owner_died());
+        assert!(g.token() > last);
+        last = g.token();
+        g.unlock().unwrap();
+    }
+    // Leases lived through the failover: nothing was lost.
+    let g = lock.lock().unwrap();
+    g.extend().unwrap();
+    g.check().unwrap();
+    g.unlock().unwrap();
+}
+
+#[test]
+fn two_members_killed_no_grant_without_quorum_then_recovery() {
+    let mut cluster = Cluster::start("no-quorum");
+    let holder = connect(&cluster.endpoints(), "nq", 2);
+    let waiter = connect(&cluster.endpoints(), "nq", 2);
+    let g = holder.lock().unwrap();
+    let waiting = std::thread::spawn(move || {
+        let r = waiter.lock().map(|g| g.token());
+        (r.map_err(|e| (kind(&e), format!("{e:?}"))), waiter)
+    });
+    common::wait_waiters(&holder, 1, Duration::from_secs(10));
+    cluster.kill(1);
+    cluster.kill(2);
+    let cut = Instant::now();
+
+    // A new client cannot connect (no lease can be granted without a quorum).
+    let e = fairlock_etcd::EtcdLock::options()
+        .request_timeout(Duration::from_secs(1))
+        .connect(&cluster.endpoints(), "nq")
+        .unwrap_err();
+    assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+    assert!(e.to_string().contains("cannot reach a quorum"), "{e}");
+
+    // The waiter is not granted: it stops with an error once its lease cannot be renewed.
+    let (r, waiter) = waiting.join().unwrap();
+    let (k, msg) = r.expect_err("no grant without a quorum");
+    assert_eq!(k, "Unavailable", "{msg}");
+    assert!(
+        cut.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        cut.elapsed()
+    );
+
+    // The holder is told, locally, once its TTL has passed without a renewal.
+    let start = Instant::now();
+    while g.check().is_ok() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "check() still Ok"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(matches!(g.check(), Err(Error::LockLost { .. })));
+    assert!(matches!(g.unlock(), Err(Error::LockLost { .. })));
+
+    // The members return: everything works again, with the same lock objects.
+    cluster.restart(1);
+    cluster.restart(2);
+    cluster.wait_ready(Duration::from_secs(30));
+    let g = holder.lock_timeout(Duration::from_secs(20)).unwrap();
+    assert!(
+        g.owner_died(),
+        "the last holder's lease expired, no release was written"
+    );
+    g.unlock().unwrap();
+    let g = waiter.lock().unwrap();
+    assert!(!g.owner_died());
+    g.unlock().unwrap();
+}
