@@ -2,12 +2,16 @@
 # Installs what the tests need beyond Rust, when it is missing, from Debian's packages:
 #   etcd-server, etcd-client  a real etcd cluster for fairlock-etcd's tests (etcd, etcdctl)
 #   protobuf-compiler         protoc, which etcd-client's build script runs
+#   libprotobuf-dev           protobuf's well-known types (google/protobuf/*.proto), which
+#                             etcd's .proto files import (only "recommended" by protoc's
+#                             package, so --no-install-recommends leaves them out)
 # Idempotent: does nothing when all are there.
 set -euo pipefail
 need=()
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v etcdctl >/dev/null || need+=(etcd-client)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
+[ -e /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

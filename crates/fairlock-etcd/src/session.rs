@@ -98,7 +98,20 @@ enum Renewal {
     Failed(String),
 }
 
+/// How long one keep-alive attempt may wait for its answer: the request timeout, but never
+/// more than a sixth of the TTL (and not less than 200 ms), so that an attempt stuck on a
+/// member that hangs, or behind a leader election, is abandoned and retried (the balancer
+/// sends it elsewhere) several times while the lease still lives. A healthy cluster answers
+/// a keep-alive in milliseconds.
+fn attempt_limit(shared: &Shared, timeout: Duration) -> Duration {
+    let sixth = Duration::from_millis(u64::try_from(shared.ttl_s).unwrap_or(1) * 1000 / 6);
+    timeout
+        .min(sixth.max(Duration::from_millis(200)))
+        .min(shared.remaining())
+}
+
 async fn renew_once(client: &Client, id: i64, shared: &Shared, timeout: Duration) -> Renewal {
+    let timeout = attempt_limit(shared, timeout);
     let sent = clock::boottime_ns();
     let mut lease = client.lease_client();
     match tokio::time::timeout(timeout, lease.keep_alive(id)).await {

@@ -184,6 +184,42 @@ impl Cluster {
         }
     }
 
+    /// The index of the member that is the leader now (as `etcdctl endpoint status` says).
+    pub fn leader(&self) -> usize {
+        for (i, m) in self.members.iter().enumerate() {
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints=127.0.0.1:{}", m.client))
+                .arg("--command-timeout=2s")
+                .args(["endpoint", "status"])
+                .output()
+                .expect("run etcdctl");
+            // "ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, IS LEARNER, ..."
+            let text = String::from_utf8_lossy(&out.stdout);
+            if text.split(", ").nth(4) == Some("true") {
+                return i;
+            }
+        }
+        panic!("no member of {} says it leads", self.dir.display());
+    }
+
+    /// SIGSTOPs member `i`: its connections stay open and its answers never come (a hung
+    /// machine, unlike a killed one whose connections are refused at once).
+    pub fn stop(&mut self, i: usize) {
+        self.signal(i, libc::SIGSTOP);
+    }
+
+    /// SIGCONTs member `i` after [`Cluster::stop`].
+    pub fn cont(&mut self, i: usize) {
+        self.signal(i, libc::SIGCONT);
+    }
+
+    fn signal(&self, i: usize, sig: libc::c_int) {
+        let c = self.members[i].child.as_ref().expect("member is running");
+        // SAFETY: kill(2) on our own child process, which has not been reaped.
+        assert_eq!(unsafe { libc::kill(c.id() as libc::pid_t, sig) }, 0);
+    }
+
     /// Restarts member `i` on its data directory.
     pub fn restart(&mut self, i: usize) {
         assert!(self.members[i].child.is_none(), "member {i} is running");
@@ -194,6 +230,9 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         for i in 0..self.members.len() {
+            if self.members[i].child.is_some() {
+                self.cont(i); // a stopped member dies only once continued
+            }
             self.kill(i);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
