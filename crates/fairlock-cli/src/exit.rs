@@ -12,6 +12,10 @@ pub const DATA: u8 = 65;
 /// The lock file cannot be opened or created: missing, unreadable, a directory, a
 /// symlink, a device (`EX_NOINPUT`).
 pub const NO_INPUT: u8 = 66;
+/// etcd: no quorum answered (unreachable, refused, or no leader) within the timeouts
+/// (`EX_NOHOST`).
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub const QUORUM: u8 = 68;
 /// The lock was lost while the command ran: its lease expired and the next waiter took it
 /// over (`EX_UNAVAILABLE`).
 pub const LOST: u8 = 69;
@@ -35,6 +39,7 @@ Exit status:
   65       not a fairlock file, or a corrupt/incompatible one (left untouched)
   66       the lock file cannot be opened or created (missing directory, permission,
            symlink, directory, device)
+  68       etcd://: cannot reach a quorum (members unreachable, refused, or no leader)
   69       the lock was lost while the command ran (its --lease ran out and the next
            waiter took over), whatever the command's status
   70/71    internal error / operating-system error

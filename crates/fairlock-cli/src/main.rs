@@ -2,6 +2,7 @@
 //! lock file, or watch a demonstration against `flock(2)`.
 
 mod demo;
+mod etcd;
 mod exit;
 mod inherited;
 mod run;
@@ -87,7 +88,8 @@ pub struct RunArgs {
     #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
     /// Hold the lock for at most SECS seconds: after that the next waiter may take it over,
-    /// and fairlock then exits 69 when the command ends.
+    /// and fairlock then exits 69 when the command ends. For etcd://, the lease's TTL (whole
+    /// seconds, default 10), renewed while fairlock lives.
     #[arg(long, value_name = "SECS", value_parser = secs::parse_lease)]
     pub lease: Option<Duration>,
     /// Send SIGTERM to the command as soon as its lease is lost.
@@ -99,7 +101,8 @@ pub struct RunArgs {
     /// Run SHELL_COMMAND with `/bin/sh -c` instead of COMMAND.
     #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND")]
     pub shell: Option<OsString>,
-    /// The lock file; created (mode 0600) if missing.
+    /// The lock file, created (mode 0600) if missing; or a lock on etcd,
+    /// etcd://HOST:PORT[,HOST:PORT...]/NAME (a build with the `etcd` feature).
     #[arg(value_name = "LOCKFILE")]
     pub lockfile: PathBuf,
     /// The command to run, and its arguments.
@@ -117,7 +120,7 @@ pub struct StatusArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-    /// The lock file (never modified).
+    /// The lock file (never modified), or etcd://HOST:PORT[,HOST:PORT...]/NAME.
     #[arg(value_name = "LOCKFILE")]
     pub lockfile: PathBuf,
 }

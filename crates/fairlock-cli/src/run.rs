@@ -5,7 +5,6 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -26,22 +25,28 @@ Examples:
   fairlock run -n /tmp/job.lock ./nightly.sh       # skip if running or anyone waits
   fairlock run -w 2.5 -E 75 /tmp/job.lock -c 'cat a >> b'
   fairlock run --lease 60 --kill-on-lost /tmp/job.lock ./step.sh
+  fairlock run etcd://10.0.0.1:2379,10.0.0.2:2379/deploy -- ./deploy.sh   # across hosts
 
 The command sees FAIRLOCK_TOKEN (the grant's fencing token, strictly increasing),
 FAIRLOCK_FILE (absolute path of the lock file) and FAIRLOCK_OWNER_DIED (1 if the
-previous holder died or was taken over, else 0). SIGINT, SIGTERM and SIGHUP sent to
+previous holder died or was taken over, else 0). With etcd://, FAIRLOCK_FILE is the
+address, the lease (--lease, whole seconds, default 10) is renewed while fairlock lives,
+and a holder that dies is taken over once its lease expires. SIGINT, SIGTERM and SIGHUP sent to
 fairlock alone are forwarded to the command (once: not when the command got them too,
 as from Ctrl-C or kill -PGID); signals fairlock inherited ignored (nohup) stay ignored.
 A conflict (-n) or timeout (-w) prints nothing unless -v is given.
 
 Exit status: the command's (128+SIG if killed by a signal); 1 (or -E N) busy/timeout;
-64 usage; 65 not a lock file; 66 cannot open; 69 lock lost (--lease expired and was
+64 usage; 65 not a lock file; 66 cannot open; 68 etcd: cannot reach a quorum; 69 lock lost (--lease expired and was
 taken over while the command ran); 126 cannot execute; 127 command not found.";
 
 /// How often the lease is checked while the command runs.
 const POLL: Duration = Duration::from_millis(50);
 
 pub fn main(a: &RunArgs) -> Result<u8, Failure> {
+    if let Some(address) = a.lockfile.to_str().filter(|s| s.starts_with("etcd://")) {
+        return crate::etcd::run(a, address);
+    }
     let path = a.lockfile.as_path();
     let started = Instant::now();
     // How long we may wait in all, the file's initialisation included: nothing with -n,
@@ -87,14 +92,16 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
     signals::install().map_err(|e| Failure::new(exit::OS, format!("sigaction: {e}")))?;
     // Before the command: it must not inherit the sentinel's pipe.
     let mut sentinel = Sentinel::start();
-    let mut child = match command(a, path, &guard).spawn() {
+    let file = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut child = match command(a, guard.token(), guard.owner_died(), file.as_os_str()).spawn() {
         Ok(child) => child,
         Err(e) => {
             drop(guard);
             return Err(spawn_failure(a, &e));
         }
     };
-    let outcome = supervise(&mut child, &guard, a, sentinel.as_mut());
+    let lost = || a.lease.is_some() && guard.check().is_err();
+    let outcome = supervise(&mut child, &lost, a, sentinel.as_mut());
     drop(sentinel);
     let lost_at_release = matches!(guard.unlock(), Err(Error::LockLost { .. }));
     let (status, lost_while_running) =
@@ -159,7 +166,7 @@ fn acquire<'a>(
 }
 
 /// A busy lock or a timeout: silent unless verbose, with the `-E` code.
-fn conflict(a: &RunArgs, what: &str) -> Failure {
+pub fn conflict(a: &RunArgs, what: &str) -> Failure {
     if a.verbose {
         Failure::new(
             a.conflict_exit_code,
@@ -170,7 +177,9 @@ fn conflict(a: &RunArgs, what: &str) -> Failure {
     }
 }
 
-fn command(a: &RunArgs, path: &Path, guard: &LockGuard<'_>) -> Command {
+/// The command, with FAIRLOCK_TOKEN, FAIRLOCK_FILE (the lock file's absolute path, or the
+/// etcd:// address) and FAIRLOCK_OWNER_DIED.
+pub fn command(a: &RunArgs, token: u64, owner_died: bool, lock: &std::ffi::OsStr) -> Command {
     let mut cmd = match &a.shell {
         Some(script) => {
             let mut c = Command::new("/bin/sh");
@@ -183,22 +192,18 @@ fn command(a: &RunArgs, path: &Path, guard: &LockGuard<'_>) -> Command {
             c
         }
     };
-    let file = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     // SAFETY: the closure runs in the child between fork and exec and only makes
     // async-signal-safe calls (sigaction, pthread_sigmask); see `inherited`.
     unsafe {
         cmd.pre_exec(inherited::restore_in_child);
     }
-    cmd.env("FAIRLOCK_TOKEN", guard.token().to_string())
-        .env("FAIRLOCK_FILE", file)
-        .env(
-            "FAIRLOCK_OWNER_DIED",
-            if guard.owner_died() { "1" } else { "0" },
-        );
+    cmd.env("FAIRLOCK_TOKEN", token.to_string())
+        .env("FAIRLOCK_FILE", lock)
+        .env("FAIRLOCK_OWNER_DIED", if owner_died { "1" } else { "0" });
     cmd
 }
 
-fn spawn_failure(a: &RunArgs, e: &io::Error) -> Failure {
+pub fn spawn_failure(a: &RunArgs, e: &io::Error) -> Failure {
     let name: OsString = match &a.shell {
         Some(_) => "/bin/sh".into(),
         None => a.command[0].clone(),
@@ -215,11 +220,11 @@ fn spawn_failure(a: &RunArgs, e: &io::Error) -> Failure {
     }
 }
 
-/// Waits for the command, forwarding signals and watching the lease; returns its status and
-/// whether the lock was lost meanwhile.
-fn supervise(
+/// Waits for the command, forwarding signals and watching the lease (`lost()` says whether
+/// the lock is lost); returns its status and whether the lock was lost meanwhile.
+pub fn supervise(
     child: &mut Child,
-    guard: &LockGuard<'_>,
+    lost_now: &dyn Fn() -> bool,
     a: &RunArgs,
     mut sentinel: Option<&mut Sentinel>,
 ) -> io::Result<(ExitStatus, bool)> {
@@ -238,7 +243,7 @@ fn supervise(
         if let Some(status) = child.try_wait()? {
             return Ok((status, lost));
         }
-        if a.lease.is_some() && !lost && guard.check().is_err() {
+        if !lost && lost_now() {
             lost = true;
             if a.kill_on_lost {
                 signals::send(child.id(), libc::SIGTERM);
@@ -275,7 +280,7 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 }
 
 /// The shell convention: the exit code, or 128 + the signal that killed it.
-fn status_code(s: ExitStatus) -> u8 {
+pub fn status_code(s: ExitStatus) -> u8 {
     match (s.code(), s.signal()) {
         (Some(c), _) => c as u8,
         (None, Some(sig)) => (128 + sig).min(255) as u8,
@@ -283,7 +288,7 @@ fn status_code(s: ExitStatus) -> u8 {
     }
 }
 
-fn describe(s: ExitStatus) -> String {
+pub fn describe(s: ExitStatus) -> String {
     match (s.code(), s.signal()) {
         (Some(c), _) => format!("exited with status {c}"),
         (None, Some(sig)) => format!("was killed by {}", signals::name(sig)),

@@ -24,6 +24,9 @@ Exit status: 0; 65 not a lock file (or corrupt/incompatible); 66 cannot open (mi
 unreadable, not a regular file); 64 usage.";
 
 pub fn main(a: &StatusArgs) -> Result<u8, Failure> {
+    if let Some(address) = a.lockfile.to_str().filter(|s| s.starts_with("etcd://")) {
+        return crate::etcd::status(a, address);
+    }
     let path = a.lockfile.as_path();
     let st = fairlock::inspect(path).map_err(|e| Failure::open(path, &e))?;
     out(&if a.json { json(&st) } else { text(&st) });
