@@ -49,9 +49,9 @@ fn one_member_killed_locking_goes_on() {
 /// capped only by the lease's remaining time: one attempt routed to the hung member outlived
 /// a 3 s TTL, and the holder lost a lock the cluster still served.)
 ///
-/// Followers only: etcd before 3.4.28/3.5.11 lets a leader that hung and resumed revoke
-/// leases it thinks expired (etcd#15247), a server bug no client can mask (the holder is told
-/// `LockLost`, truthfully); Debian's etcd is 3.4.23.
+/// Followers only: Debian's etcd 3.4.23 lets a leader that hung and resumed revoke leases
+/// it thinks expired (etcd#15247, fixed later by etcd PR #16822), a server bug no client can
+/// mask (the holder is told `LockLost`, truthfully).
 #[test]
 fn a_hung_follower_does_not_cost_a_holder_its_lease() {
     let mut cluster = Cluster::start("one-hung");
