@@ -28,6 +28,12 @@ pub enum Error {
         /// The lock file.
         path: PathBuf,
     },
+    /// `lock_interruptible`: the caller's hook asked to stop waiting before the lock was
+    /// granted. The ticket was given up, as at a timeout.
+    Interrupted {
+        /// The lock file.
+        path: PathBuf,
+    },
     /// The calling thread already holds this (non-re-entrant) lock; waiting would never end.
     WouldDeadlock {
         /// The lock file.
@@ -153,6 +159,7 @@ impl Error {
         match self {
             Error::WouldBlock { path }
             | Error::Timeout { path }
+            | Error::Interrupted { path }
             | Error::WouldDeadlock { path }
             | Error::TooDeep { path, .. }
             | Error::LockLost { path }
@@ -175,6 +182,7 @@ impl Error {
         match self {
             Error::WouldBlock { .. } => K::WouldBlock,
             Error::Timeout { .. } | Error::InitLocked { .. } => K::TimedOut,
+            Error::Interrupted { .. } => K::Interrupted,
             Error::WouldDeadlock { .. } => K::Deadlock,
             Error::TooDeep { .. } => K::ResourceBusy,
             Error::LockLost { .. } => K::Other,
@@ -197,6 +205,13 @@ impl fmt::Display for Error {
             }
             Error::Timeout { path } => {
                 write!(f, "{}: timed out waiting for the lock", path.display())
+            }
+            Error::Interrupted { path } => {
+                write!(
+                    f,
+                    "{}: waiting for the lock was interrupted",
+                    path.display()
+                )
             }
             Error::WouldDeadlock { path } => {
                 write!(f, "{}: this thread already holds the lock", path.display())

@@ -128,7 +128,7 @@ struct Sim {
     skipped_grants: Vec<(u32, u64, Option<u64>)>,
     now_ns: u64,
     last_token: u64,
-    watches: Vec<Watch>,
+    watches: Vec<Watch<'static>>,
     /// The model of each actor's `Watch`: the granted, leased, unclaimed ticket it watches
     /// and since when (ns).
     seen: Vec<Option<(u64, u64)>>,

@@ -162,7 +162,7 @@ impl FairLock {
     /// shared state is damaged.
     #[inline]
     pub fn lock(&self) -> Result<LockGuard<'_>> {
-        self.acquire(None, false)
+        self.acquire(None, false, None)
     }
 
     /// Takes the lock only if it is free *and nobody is waiting*: it never jumps the queue.
@@ -181,7 +181,7 @@ impl FairLock {
     /// # Errors
     /// [`Error::Timeout`]; otherwise as [`FairLock::lock`].
     pub fn lock_timeout(&self, timeout: Duration) -> Result<LockGuard<'_>> {
-        self.acquire(Some(deadline_after(timeout)), false)
+        self.acquire(Some(deadline_after(timeout)), false, None)
     }
 
     /// Waits in line until `deadline` at most (a deadline in the past gives up after one
@@ -191,7 +191,26 @@ impl FairLock {
     /// # Errors
     /// [`Error::Timeout`]; otherwise as [`FairLock::lock`].
     pub fn lock_until(&self, deadline: Instant) -> Result<LockGuard<'_>> {
-        self.acquire(Some(deadline_at(deadline)), false)
+        self.acquire(Some(deadline_at(deadline)), false, None)
+    }
+
+    /// Waits in line like [`lock_until`](FairLock::lock_until) (or [`lock`](FairLock::lock)
+    /// with no deadline), and also gives its place up as soon as `stop()` returns true: for a
+    /// caller that must stay responsive while it waits (a signal to honour, a shutdown flag, a
+    /// language runtime's `KeyboardInterrupt`). `stop` is called by the waiting thread after
+    /// every wake-up — a signal delivered to it interrupts the sleep at once — and at least
+    /// every 50 ms; not on the uncontended path, which never waits. A grant that races the
+    /// interruption wins: the guard is returned, and the caller may release it.
+    ///
+    /// # Errors
+    /// [`Error::Interrupted`] once `stop()` said so; [`Error::Timeout`] at the deadline;
+    /// otherwise as [`FairLock::lock`].
+    pub fn lock_interruptible(
+        &self,
+        deadline: Option<Instant>,
+        mut stop: impl FnMut() -> bool,
+    ) -> Result<LockGuard<'_>> {
+        self.acquire(deadline.map(deadline_at), false, Some(&mut stop))
     }
 
     /// Like [`lock`](FairLock::lock), for a lock in an [`Arc`]: the guard owns a clone of the
@@ -270,8 +289,15 @@ impl FairLock {
         Ok(LockGuard::new(sh, grant, thread::current_tid(), lease_ms))
     }
 
+    /// Acquires: the uncontended path inlined, the rest out of line. `stop`: an interrupt hook
+    /// for the waiting (see [`FairLock::lock_interruptible`]).
     #[inline(always)]
-    pub(crate) fn acquire(&self, deadline: Option<u64>, reentrant: bool) -> Result<LockGuard<'_>> {
+    pub(crate) fn acquire(
+        &self,
+        deadline: Option<u64>,
+        reentrant: bool,
+        stop: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<LockGuard<'_>> {
         let sh = self.shared()?;
         let tid = thread::current_tid();
         if sh.holder_tid() == tid {
@@ -289,7 +315,7 @@ impl FairLock {
         };
         let g = match fast {
             Some(g) => g,
-            None => self.contended(sh, tid, deadline, t)?,
+            None => self.contended(sh, tid, deadline, t, stop)?,
         };
         Ok(self.held(sh, tid, g))
     }
@@ -298,10 +324,26 @@ impl FairLock {
     /// nothing it does not use.
     #[cold]
     #[inline(never)]
-    fn contended(&self, sh: &Shared, tid: u32, deadline: Option<u64>, t: u64) -> Result<Grant> {
+    fn contended(
+        &self,
+        sh: &Shared,
+        tid: u32,
+        deadline: Option<u64>,
+        t: u64,
+        stop: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<Grant> {
         let me = self.me(sh, tid);
-        core::lock_contended(&sh.state(), &sh.platform(), &me, deadline, &self.tuning, t)
-            .map_err(|e| wait_error(sh, e))
+        let watch = stop.map_or_else(core::Watch::default, core::Watch::interruptible);
+        core::lock_watched(
+            &sh.state(),
+            &sh.platform(),
+            &me,
+            deadline,
+            &self.tuning,
+            t,
+            watch,
+        )
+        .map_err(|e| wait_error(sh, e))
     }
 
     #[inline]
@@ -332,6 +374,9 @@ impl FairLock {
 fn wait_error(sh: &Shared, e: WaitError) -> Error {
     match e {
         WaitError::Timeout => Error::Timeout {
+            path: sh.path.clone(),
+        },
+        WaitError::Interrupted => Error::Interrupted {
             path: sh.path.clone(),
         },
         WaitError::Corrupt(what) => Error::corrupt(&sh.path, what),

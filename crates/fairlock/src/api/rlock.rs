@@ -64,7 +64,7 @@ impl FairRLock {
     /// [`crate::Error::Corrupt`] if the shared state is damaged.
     #[inline]
     pub fn lock(&self) -> Result<LockGuard<'_>> {
-        self.inner.acquire(None, true)
+        self.inner.acquire(None, true, None)
     }
 
     /// Like [`FairLock::try_lock`], but succeeds at once if this thread holds the lock.
@@ -80,7 +80,8 @@ impl FairRLock {
     /// # Errors
     /// [`crate::Error::Timeout`]; as [`FairRLock::lock`] otherwise.
     pub fn lock_timeout(&self, timeout: Duration) -> Result<LockGuard<'_>> {
-        self.inner.acquire(Some(deadline_after(timeout)), true)
+        self.inner
+            .acquire(Some(deadline_after(timeout)), true, None)
     }
 
     /// Like [`FairLock::lock_until`]; succeeds at once if this thread holds the lock.
@@ -88,6 +89,19 @@ impl FairRLock {
     /// # Errors
     /// [`crate::Error::Timeout`]; as [`FairRLock::lock`] otherwise.
     pub fn lock_until(&self, deadline: Instant) -> Result<LockGuard<'_>> {
-        self.inner.acquire(Some(deadline_at(deadline)), true)
+        self.inner.acquire(Some(deadline_at(deadline)), true, None)
+    }
+
+    /// As [`FairLock::lock_interruptible`]; a re-entrant lock by the holder never waits.
+    ///
+    /// # Errors
+    /// As [`FairLock::lock_interruptible`].
+    pub fn lock_interruptible(
+        &self,
+        deadline: Option<Instant>,
+        mut stop: impl FnMut() -> bool,
+    ) -> Result<LockGuard<'_>> {
+        self.inner
+            .acquire(deadline.map(deadline_at), true, Some(&mut stop))
     }
 }

@@ -171,7 +171,7 @@ pub(crate) fn expired<P: Platform>(
     p: &P,
     h: u64,
     w: Word,
-    watch: &mut Watch,
+    watch: &mut Watch<'_>,
 ) -> Option<LeaseField> {
     let state = w.state()?;
     let (_, now_w, f) = lease_of(st, h, state, w.participant())?;

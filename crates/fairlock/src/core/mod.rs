@@ -79,8 +79,8 @@ pub use layout::{Geometry, LockState, OwnedState};
 pub use leasing::extend;
 pub use platform::{Liveness, Platform, Tuning};
 pub use publish::{Published, publish};
-pub use recover::{Ahead, Watch, recover};
-pub use wait::{lock, lock_contended, try_lock};
+pub use recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
+pub use wait::{lock, lock_contended, lock_watched, try_lock};
 pub use word::{State, Word};
 
 /// Who is taking a ticket.
@@ -120,6 +120,8 @@ impl Grant {
 pub enum WaitError {
     /// The deadline passed; the ticket was given up.
     Timeout,
+    /// The caller's interrupt hook asked to stop; the ticket was given up.
+    Interrupted,
     /// The shared state holds something no correct participant writes.
     Corrupt(&'static str),
 }

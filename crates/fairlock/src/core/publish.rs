@@ -34,11 +34,12 @@ pub fn publish<P: Platform>(
     me: &Me,
     deadline: Option<u64>,
     tuning: &Tuning,
-    watch: &mut Watch,
+    watch: &mut Watch<'_>,
 ) -> Result<Published, WaitError> {
     let slot = st.slot(t);
     let lap = st.lap(t);
     let mut recovered_at_deadline = false;
+    let mut deadline = deadline;
     loop {
         // The lease field first, then the word: a field read before a word that shows the
         // previous lap final (or our pre-grant) cannot be a later lap's (see `leasing`), so an
@@ -107,7 +108,7 @@ pub fn publish<P: Platform>(
                 let expired = deadline.is_some_and(|d| p.now_ns() >= d);
                 if expired && recovered_at_deadline {
                     lapped::give_up(slot, lap, me.participant);
-                    return Err(WaitError::Timeout);
+                    return Err(watch.stopped());
                 }
                 recover(st, p, t, watch, tuning);
                 if expired {
@@ -116,6 +117,9 @@ pub fn publish<P: Platform>(
                     continue;
                 }
                 p.pause(deadline);
+                if watch.interrupted() {
+                    deadline = Some(0);
+                }
             }
             LapRelation::Later => return Ok(Published::Skipped),
         }

@@ -8,6 +8,7 @@
 //! a revoked lease with a `Held` word is completed by `finish_revocation`'s rule, a revoked
 //! or skipped word is passed over by `advance`.
 
+use super::WaitError;
 use super::advance::{advance, cas};
 use super::frontier::{MAX_STEPS, before, step_over_later};
 use super::lapped;
@@ -18,14 +19,65 @@ use super::word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{Acquire, Relaxed};
 
 /// What one acquirer has been watching, to time graces and pending leases locally (no shared
-/// clock is trusted for those).
-#[derive(Default, Debug)]
-pub struct Watch {
+/// clock is trusted for those), and what may make it stop waiting early: a caller's hook,
+/// asked after every wake-up (see [`Watch::interruptible`]).
+#[derive(Default)]
+pub struct Watch<'a> {
     seen: Option<(u64, u64, u64)>,
     since_ns: u64,
+    interrupt: Option<&'a mut dyn FnMut() -> bool>,
+    interrupted: bool,
 }
 
-impl Watch {
+impl core::fmt::Debug for Watch<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Watch")
+            .field("seen", &self.seen)
+            .field("since_ns", &self.since_ns)
+            .field("interruptible", &self.interrupt.is_some())
+            .field("interrupted", &self.interrupted)
+            .finish()
+    }
+}
+
+/// The longest a waiter with an interrupt hook sleeps between two looks at the hook (it is
+/// also asked after every wake-up, a signal's `EINTR` included).
+pub const INTERRUPT_POLL_NS: u64 = 50_000_000;
+
+impl<'a> Watch<'a> {
+    /// A watch whose waiter gives its ticket up, as at a deadline, once `interrupt()` returns
+    /// true. The hook is asked after every wake-up and at least every [`INTERRUPT_POLL_NS`].
+    pub fn interruptible(interrupt: &'a mut dyn FnMut() -> bool) -> Watch<'a> {
+        Watch {
+            interrupt: Some(interrupt),
+            ..Watch::default()
+        }
+    }
+
+    /// Asks the hook (once it said yes, the answer stays yes). True: stop waiting.
+    pub(crate) fn interrupted(&mut self) -> bool {
+        if !self.interrupted
+            && let Some(f) = self.interrupt.as_mut()
+        {
+            self.interrupted = f();
+        }
+        self.interrupted
+    }
+
+    /// Whether sleeps must be bounded by [`INTERRUPT_POLL_NS`].
+    pub(crate) fn has_hook(&self) -> bool {
+        self.interrupt.is_some()
+    }
+
+    /// The error for a waiter that stopped without the lock: interrupted, or timed out.
+    pub(crate) fn stopped(&self) -> WaitError {
+        if self.interrupted {
+            WaitError::Interrupted
+        } else {
+            WaitError::Timeout
+        }
+    }
+
     /// How long the same (ticket, word, lease field) has been observed.
     pub(crate) fn observe(&mut self, key: (u64, u64, u64), now: u64) -> u64 {
         if self.seen != Some(key) {
@@ -66,7 +118,7 @@ pub fn recover<P: Platform>(
     st: &LockState<'_>,
     p: &P,
     me: u64,
-    watch: &mut Watch,
+    watch: &mut Watch<'_>,
     tuning: &Tuning,
 ) -> Ahead {
     let start = st.header().head.load(Relaxed);

@@ -7,7 +7,7 @@ use super::claim::{Claim, claim_granted, claim_ready, stamp_since};
 use super::layout::{LockState, Slot};
 use super::platform::{Platform, Tuning};
 use super::publish::{Published, publish};
-use super::recover::{Ahead, Watch, recover};
+use super::recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
 use crate::primitive::Ordering::Relaxed;
@@ -54,8 +54,24 @@ pub fn lock_contended<P: Platform>(
     tuning: &Tuning,
     first: u64,
 ) -> Result<Grant, WaitError> {
+    lock_watched(st, p, me, deadline, tuning, first, Watch::default())
+}
+
+/// [`lock_contended`] with a [`Watch`] of the caller's: one made by
+/// [`Watch::interruptible`] gives the ticket up (as at the deadline) once its hook says so,
+/// with [`WaitError::Interrupted`]. A grant that races the interruption wins: the caller then
+/// holds the lock.
+#[allow(clippy::too_many_arguments)]
+pub fn lock_watched<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    me: &Me,
+    deadline: Option<u64>,
+    tuning: &Tuning,
+    first: u64,
+    mut watch: Watch<'_>,
+) -> Result<Grant, WaitError> {
     let mut t = first;
-    let mut watch = Watch::default();
     for _ in 0..MAX_RETAKES {
         match publish(st, p, t, me, deadline, tuning, &mut watch)? {
             Published::Held(g) => return Ok(g),
@@ -137,7 +153,7 @@ fn take_free_ticket<P: Platform>(
     t: u64,
     me: &Me,
     tuning: &Tuning,
-    watch: &mut Watch,
+    watch: &mut Watch<'_>,
 ) -> Result<Option<Grant>, WaitError> {
     if st
         .header()
@@ -178,7 +194,7 @@ fn wait_for_grant<P: Platform>(
     me: &Me,
     deadline: Option<u64>,
     tuning: &Tuning,
-    watch: &mut Watch,
+    watch: &mut Watch<'_>,
 ) -> Result<Option<Grant>, WaitError> {
     let slot = st.slot(t);
     // Spin when we first find ourselves next in line, and again whenever an advancer nudges
@@ -217,7 +233,7 @@ fn wait_for_grant<P: Platform>(
             crate::crash_point!("timeout.abandoning");
             if cas(slot, w, w.with_state(State::Abandoned)) {
                 crate::crash_point!("timeout.abandoned");
-                return Err(WaitError::Timeout);
+                return Err(watch.stopped());
             }
             continue;
         }
@@ -227,6 +243,10 @@ fn wait_for_grant<P: Platform>(
             if spin_while(p, slot, w, now.saturating_add(tuning.spin_ns), deadline) {
                 continue;
             }
+        }
+        if watch.interrupted() {
+            deadline = Some(0);
+            continue;
         }
         // Whoever waits behind the holder watches it (and anything dead ahead of us).
         recover(st, p, t, watch, tuning);
@@ -239,9 +259,17 @@ fn wait_for_grant<P: Platform>(
             head_poll = tuning.head_poll_min_ns / 2;
             tuning.idle_poll_ns
         };
+        let poll = if watch.has_hook() {
+            poll.min(INTERRUPT_POLL_NS)
+        } else {
+            poll
+        };
         let until = p.now_ns().saturating_add(poll);
         let until = deadline.map_or(until, |d| d.min(until));
         park(p, slot, w, until);
+        if watch.interrupted() {
+            deadline = Some(0);
+        }
     }
 }
 
