@@ -1,0 +1,167 @@
+//! One lock file opened for Python: the library's lock in an `Arc` (a Python lock object is
+//! shared by threads), and [`OwnedGuard`], a grant that owns that `Arc` so it can be kept in the
+//! per-thread table of held grants (`held.rs`) between `acquire()` and `release()`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fairlock::{FairLock, FairRLock, LockGuard, Result};
+
+/// The library lock a Python lock object stands for.
+enum Kind {
+    /// `fairlock.Lock`: the holder locking again is refused (`WouldDeadlock`).
+    Lock(FairLock),
+    /// `fairlock.RLock`: the holder locking again through *another* object on the same file
+    /// re-enters (the library's re-entrancy is per process and thread); re-entering through the
+    /// same object never reaches the library (`held.rs` counts it).
+    RLock(FairRLock),
+}
+
+/// A lock file opened by a `fairlock.Lock` or `fairlock.RLock`.
+pub(crate) struct Handle {
+    kind: Kind,
+    /// The lease every grant through this handle carries, if any.
+    lease: Option<Duration>,
+}
+
+impl Handle {
+    /// Opens (creating if needed) the lock file at `path`; `reentrant` for an `RLock`.
+    pub(crate) fn open(path: &Path, lease: Option<Duration>, reentrant: bool) -> Result<Handle> {
+        let mut options = FairLock::options();
+        if let Some(d) = lease {
+            options.lease(d);
+        }
+        let kind = if reentrant {
+            Kind::RLock(options.open_rlock(path)?)
+        } else {
+            Kind::Lock(options.open(path)?)
+        };
+        Ok(Handle { kind, lease })
+    }
+
+    /// The lock file's path.
+    pub(crate) fn path(&self) -> &Path {
+        match &self.kind {
+            Kind::Lock(l) => l.path(),
+            Kind::RLock(l) => l.path(),
+        }
+    }
+
+    pub(crate) fn lease(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    pub(crate) fn is_reentrant(&self) -> bool {
+        matches!(self.kind, Kind::RLock(_))
+    }
+
+    /// The identity of this handle in the per-thread table: its address, which stays reserved
+    /// while any [`OwnedGuard`] of it exists (each keeps the `Arc`).
+    pub(crate) fn key(self: &Arc<Self>) -> usize {
+        Arc::as_ptr(self) as usize
+    }
+
+    /// `try_lock` (never jumps the queue), as an owned grant.
+    ///
+    /// # Errors
+    /// As `FairLock::try_lock` / `FairRLock::try_lock`.
+    pub(crate) fn try_lock(self: &Arc<Self>) -> Result<OwnedGuard> {
+        let guard = match &self.kind {
+            Kind::Lock(l) => l.try_lock()?,
+            Kind::RLock(l) => l.try_lock()?,
+        };
+        Ok(OwnedGuard::new(self, guard))
+    }
+
+    /// Waits in line until granted, `deadline`, or `stop()` (see `lock_interruptible`).
+    ///
+    /// # Errors
+    /// As `FairLock::lock_interruptible`.
+    pub(crate) fn lock_interruptible(
+        self: &Arc<Self>,
+        deadline: Option<Instant>,
+        stop: impl FnMut() -> bool,
+    ) -> Result<OwnedGuard> {
+        let guard = match &self.kind {
+            Kind::Lock(l) => l.lock_interruptible(deadline, stop)?,
+            Kind::RLock(l) => l.lock_interruptible(deadline, stop)?,
+        };
+        Ok(OwnedGuard::new(self, guard))
+    }
+}
+
+/// A grant that owns its lock: the library's [`LockGuard`] and the `Arc<Handle>` it borrows
+/// from. The library's own owned guard, `ArcLockGuard`, comes from `FairLock::lock_arc` and
+/// `try_lock_arc` only; a grant of `lock_interruptible`, or of a `FairRLock`, has no owned form
+/// there, hence this one.
+///
+/// Not `Send` (the guard is not): it stays on the thread that acquired, in `held.rs`'s table.
+pub(crate) struct OwnedGuard {
+    // Declared before `handle`: fields drop in order, so the guard is released while the lock
+    // it borrows from is still alive.
+    guard: LockGuard<'static>,
+    handle: Arc<Handle>,
+}
+
+impl OwnedGuard {
+    /// Ties `guard`, which every caller (all in this file) has just taken from `handle`'s lock,
+    /// to a clone of `handle`.
+    fn new<'a>(handle: &'a Arc<Handle>, guard: LockGuard<'a>) -> OwnedGuard {
+        // SAFETY: `guard` was returned by a `&self` method of the lock inside `handle` (see the
+        // callers above), so it borrows from that `Handle` and nothing shorter-lived. The
+        // `Handle` lives in the `Arc`'s heap allocation at a stable address, is never moved or
+        // mutably borrowed (an `Arc` gives shared access only), and is kept alive by the clone
+        // stored below, which is dropped after the guard (field order) or, in `unlock`, after
+        // the guard is consumed. So the borrow is valid for the guard's whole life, and
+        // `'static` is never observable: the guard is only reached through `&self` methods
+        // that return plain values, or consumed by `unlock`.
+        let guard = unsafe { std::mem::transmute::<LockGuard<'a>, LockGuard<'static>>(guard) };
+        // Every grant records its thread and start time, so that `fairlock.status()` and
+        // `fairlock status` show who holds the lock and for how long (as `fairlock run` does).
+        // The library leaves this out of its uncontended path; from Python it costs ~30 ns of
+        // an acquire + release of ~200 ns.
+        guard.stamp_time();
+        OwnedGuard {
+            guard,
+            handle: Arc::clone(handle),
+        }
+    }
+
+    /// The grant's fencing token.
+    pub(crate) fn token(&self) -> u64 {
+        self.guard.token()
+    }
+
+    /// Whether the previous holder did not release (died, or its lease was taken over).
+    pub(crate) fn owner_died(&self) -> bool {
+        self.guard.owner_died()
+    }
+
+    /// `Ok` while the lock is still ours.
+    ///
+    /// # Errors
+    /// `LockLost` (see `LockGuard::check`).
+    pub(crate) fn check(&self) -> Result<()> {
+        self.guard.check()
+    }
+
+    /// Renews the lease to `d` from now.
+    ///
+    /// # Errors
+    /// As `LockGuard::extend`.
+    pub(crate) fn extend(&self, d: Duration) -> Result<()> {
+        self.guard.extend(d)
+    }
+
+    /// Releases the grant and reports whether it was still ours.
+    ///
+    /// # Errors
+    /// `LockLost` (see `LockGuard::unlock`).
+    pub(crate) fn unlock(self) -> Result<()> {
+        let OwnedGuard { guard, handle } = self;
+        let r = guard.unlock();
+        drop(handle);
+        r
+    }
+}

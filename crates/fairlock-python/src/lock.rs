@@ -1,0 +1,151 @@
+//! `fairlock.Lock`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::acquire::{self, Blocking, Timeout, Wait};
+use crate::handle::Handle;
+use crate::lock_object as object;
+
+/// A strictly fair (first come, first served) lock shared by threads and processes through the
+/// lock file at ``path``, in the shape of ``threading.Lock``.
+///
+/// ``Lock(path, *, name=None, lease=None)`` opens the file, creating it (mode 0600) if needed;
+/// every process that opens the same file shares the lock. Waiters are served in the order
+/// they arrived, across processes; a non-blocking ``acquire`` never jumps the queue.
+///
+/// * ``lease``: seconds. A holder past its lease may be taken over by the next waiter; it
+///   then learns it lost the lock from ``check()``, ``extend()`` or ``release()``
+///   (``fairlock.LockLost``).
+/// * ``name``: reserved for named locks (many locks in one file); not available yet, raises
+///   ``NotImplementedError``.
+///
+/// A holder that dies (killed, crashed, its thread ended) never blocks the others: the next
+/// holder gets the lock with ``owner_died`` set. Every grant carries a fencing ``token`` that
+/// strictly increases.
+///
+/// Unlike ``threading.Lock``, the lock belongs to the thread that acquired it: only that
+/// thread can release it (another gets ``RuntimeError``), and a blocking ``acquire`` by the
+/// holding thread raises ``fairlock.Error`` (errno ``EDEADLK``) instead of waiting forever.
+/// After ``os.fork()`` the child does not hold its parent's lock: its ``release()`` raises
+/// ``fairlock.LockLost`` and its ``acquire()`` waits in line like anyone's.
+#[pyclass(frozen, module = "fairlock", name = "Lock")]
+pub(crate) struct Lock {
+    handle: Arc<Handle>,
+}
+
+impl Lock {
+    pub(crate) fn from_handle(handle: Arc<Handle>) -> Lock {
+        Lock { handle }
+    }
+}
+
+#[pymethods]
+impl Lock {
+    #[new]
+    #[pyo3(signature = (path, *, name = None, lease = None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        name: Option<&Bound<'_, PyAny>>,
+        lease: Option<f64>,
+    ) -> PyResult<Lock> {
+        Ok(Lock::from_handle(object::open(
+            py, path, name, lease, false,
+        )?))
+    }
+
+    /// Waits in line for the lock and returns True once it is this thread's; as
+    /// ``threading.Lock.acquire``. With ``blocking=False`` (or ``timeout=0``) it takes the lock
+    /// only if it is free and nobody waits, else returns False at once. With a ``timeout``
+    /// (seconds) it gives its place up and returns False when the time is out. The GIL is
+    /// released while waiting; a signal handler that raises (Ctrl-C: ``KeyboardInterrupt``)
+    /// ends the wait, gives the place up and the exception propagates.
+    ///
+    /// Raises ``fairlock.Error`` (errno ``EDEADLK``) if this thread holds the lock already and
+    /// ``blocking`` is true.
+    #[pyo3(
+        signature = (blocking = Blocking(true), timeout = Timeout::UNSET),
+        text_signature = "($self, /, blocking=True, timeout=-1)"
+    )]
+    fn acquire(&self, py: Python<'_>, blocking: Blocking, timeout: Timeout) -> PyResult<bool> {
+        let wait = Wait::from_threading(py, blocking, timeout)?;
+        acquire::acquire(py, &self.handle, wait)
+    }
+
+    /// Releases the lock; the next in line gets it. Raises ``RuntimeError`` if this thread
+    /// does not hold it, ``fairlock.LockLost`` if it was taken over meanwhile (its lease ran
+    /// out): whatever was done under it may have overlapped the next holder.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        object::release(py, &self.handle, false)
+    }
+
+    /// True if the lock is held, by any thread of any process.
+    fn locked(&self, py: Python<'_>) -> PyResult<bool> {
+        object::locked(py, &self.handle)
+    }
+
+    /// Returns None while the lock is still this thread's; raises ``fairlock.LockLost`` if its
+    /// lease ran out and it was taken over, ``RuntimeError`` if this thread does not hold it.
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        object::check(py, &self.handle)
+    }
+
+    /// Renews the lease: it now ends ``seconds`` from now. Raises ``fairlock.LockLost`` if it
+    /// was already taken over, ``ValueError`` for a lock opened without a lease.
+    fn extend(&self, py: Python<'_>, seconds: f64) -> PyResult<()> {
+        object::extend(py, &self.handle, seconds)
+    }
+
+    /// The fencing token of this thread's grant (strictly increasing across grants of the
+    /// file). ``RuntimeError`` if this thread does not hold the lock.
+    #[getter]
+    fn token(&self) -> PyResult<u64> {
+        object::with_grant(&self.handle, |g| g.token())
+    }
+
+    /// True if the previous holder did not release the lock (it died, or its lease was taken
+    /// over): the data it protects may be half-written. ``RuntimeError`` if this thread does not
+    /// hold the lock.
+    #[getter]
+    fn owner_died(&self) -> PyResult<bool> {
+        object::with_grant(&self.handle, |g| g.owner_died())
+    }
+
+    /// The lock file's path.
+    #[getter]
+    fn path(&self) -> OsString {
+        self.handle.path().as_os_str().to_owned()
+    }
+
+    /// The lease in seconds, or None.
+    #[getter]
+    fn lease(&self) -> Option<f64> {
+        self.handle.lease().map(|d| d.as_secs_f64())
+    }
+
+    fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {
+        acquire::acquire(py, &self.handle, Wait::Forever)
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
+        object::release(py, &self.handle, false)
+    }
+
+    fn _is_owned(&self) -> bool {
+        object::with_grant(&self.handle, |_| ()).is_ok()
+    }
+
+    fn __repr__(&self) -> String {
+        object::repr("Lock", &self.handle)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        object::reduce(py, "Lock", &self.handle)
+    }
+}

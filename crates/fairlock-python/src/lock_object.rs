@@ -1,0 +1,149 @@
+//! What `fairlock.Lock` and `fairlock.RLock` objects share: opening, releasing, the current
+//! grant's token and owner-died flag, lease checks, `locked()`, `repr()` and pickling. The two
+//! classes (`lock.rs`, `rlock.rs`) only differ in re-entrancy and their docstrings.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::errors;
+use crate::handle::{Handle, OwnedGuard};
+use crate::held::{self, Holding, Released};
+
+/// Opens the lock file of a new `Lock` (or, `reentrant`, `RLock`) object, the GIL released (the
+/// open may wait for another process initialising the file).
+///
+/// # Errors
+/// `NotImplementedError` for a `name` (named locks are not there yet); `ValueError` for a bad
+/// lease; the library's errors for the file.
+pub(crate) fn open(
+    py: Python<'_>,
+    path: PathBuf,
+    name: Option<&Bound<'_, PyAny>>,
+    lease: Option<f64>,
+    reentrant: bool,
+) -> PyResult<Arc<Handle>> {
+    if name.is_some_and(|n| !n.is_none()) {
+        return Err(PyNotImplementedError::new_err(
+            "fairlock: named locks (many locks in one file, name=...) are not available in \
+             this version; use one lock file per lock",
+        ));
+    }
+    let lease = lease.map(|s| duration("lease", s)).transpose()?;
+    let handle = py
+        .detach(|| Handle::open(&path, lease, reentrant))
+        .map_err(|e| errors::to_py(py, e))?;
+    Ok(Arc::new(handle))
+}
+
+/// `seconds` as a `Duration`, for the argument `what`.
+///
+/// # Errors
+/// `ValueError` unless it is a positive, finite number.
+pub(crate) fn duration(what: &str, seconds: f64) -> PyResult<Duration> {
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(PyValueError::new_err(format!(
+            "{what} must be a positive number of seconds, not {seconds}"
+        ))),
+    }
+}
+
+/// `release()`: gives back one level of the calling thread's grant (`all`: every level).
+///
+/// # Errors
+/// `RuntimeError` if the calling thread holds nothing of this lock; `fairlock.LockLost` if the
+/// grant had been taken over (its lease ran out) or was inherited through `fork`.
+pub(crate) fn release(py: Python<'_>, handle: &Arc<Handle>, all: bool) -> PyResult<()> {
+    match held::release(handle, all) {
+        Released::Level | Released::Grant(Ok(())) => Ok(()),
+        Released::Grant(Err(e)) => Err(errors::to_py(py, e)),
+        Released::NotHeld => Err(PyRuntimeError::new_err(if handle.is_reentrant() {
+            "cannot release un-acquired lock (a fairlock.RLock is released by the thread that \
+             acquired it)"
+        } else {
+            "release unlocked lock: this thread does not hold it (a fairlock.Lock is released \
+             by the thread that acquired it)"
+        })),
+    }
+}
+
+/// `f` of the calling thread's grant.
+///
+/// # Errors
+/// `RuntimeError` if the calling thread does not hold the lock.
+pub(crate) fn with_grant<R>(handle: &Arc<Handle>, f: impl FnOnce(&OwnedGuard) -> R) -> PyResult<R> {
+    held::with_grant(handle, |g, _| f(g)).ok_or_else(|| {
+        PyRuntimeError::new_err(format!(
+            "{}: this thread does not hold the lock",
+            handle.path().display()
+        ))
+    })
+}
+
+/// `check()`: `None` while the lock is still ours.
+///
+/// # Errors
+/// `fairlock.LockLost` if it was taken over; `RuntimeError` if this thread does not hold it.
+pub(crate) fn check(py: Python<'_>, handle: &Arc<Handle>) -> PyResult<()> {
+    with_grant(handle, |g| g.check())?.map_err(|e| errors::to_py(py, e))
+}
+
+/// `extend(seconds)`: the lease now ends `seconds` from now.
+///
+/// # Errors
+/// `fairlock.LockLost` if it was already taken over; `ValueError` for a lock without a lease
+/// or a non-positive duration; `RuntimeError` if this thread does not hold it.
+pub(crate) fn extend(py: Python<'_>, handle: &Arc<Handle>, seconds: f64) -> PyResult<()> {
+    let d = duration("extend: seconds", seconds)?;
+    with_grant(handle, |g| g.extend(d))?.map_err(|e| errors::to_py(py, e))
+}
+
+/// `locked()`: whether anyone (any thread, any process) holds the lock now.
+///
+/// # Errors
+/// The library's errors reading the file (it was removed, say).
+pub(crate) fn locked(py: Python<'_>, handle: &Arc<Handle>) -> PyResult<bool> {
+    if held::holding(handle) != Holding::No {
+        return Ok(true); // ours (or our parent's, if inherited: still held)
+    }
+    let path = handle.path();
+    let st = py
+        .detach(|| fairlock::inspect(path))
+        .map_err(|e| errors::to_py(py, e))?;
+    Ok(st.holder.is_some())
+}
+
+/// `repr()`: `<fairlock.Lock '/path', lease=30.0, held by this thread>`.
+pub(crate) fn repr(class: &str, handle: &Arc<Handle>) -> String {
+    let lease = handle
+        .lease()
+        .map_or_else(|| "None".to_string(), |d| format!("{:?}", d.as_secs_f64()));
+    let held = match held::holding(handle) {
+        Holding::Yes { depth: 1 } => "held by this thread".to_string(),
+        Holding::Yes { depth } => format!("held by this thread, {depth} levels"),
+        Holding::No | Holding::Inherited => "not held by this thread".to_string(),
+    };
+    format!(
+        "<fairlock.{class} '{}', lease={lease}, {held}>",
+        handle.path().display()
+    )
+}
+
+/// `__reduce__`: a pickled lock object is reopened on the same file (with the same lease) in
+/// the process that unpickles it (a `multiprocessing` child under `spawn`, say); a hold is not
+/// carried over.
+pub(crate) fn reduce<'py>(
+    py: Python<'py>,
+    class: &str,
+    handle: &Arc<Handle>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let reopen = py.import("fairlock._fairlock")?.getattr("_reopen")?;
+    let lease = handle.lease().map(|d| d.as_secs_f64());
+    let args = (class, handle.path().as_os_str(), lease).into_pyobject(py)?;
+    (reopen, args).into_pyobject(py)
+}

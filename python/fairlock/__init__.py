@@ -1,0 +1,39 @@
+"""fairlock: a strictly fair (FIFO), fast, crash-safe lock for threads *and processes*.
+
+The lock's state is a small memory-mapped file: every process that opens the same path
+shares the lock, and waiters are served in the order they arrived, across processes. A
+holder that dies never blocks the others (the next one is told ``owner_died``); a holder
+past its lease is taken over and learns it (``LockLost``); every grant carries a strictly
+increasing fencing ``token``.
+
+>>> import fairlock, tempfile, os
+>>> lock = fairlock.Lock(os.path.join(tempfile.gettempdir(), "doc-jobs.lock"))
+>>> with lock:
+...     lock.token > 0
+True
+
+The classes have ``threading``'s shape: ``Lock`` and ``RLock`` (``acquire(blocking=True,
+timeout=-1)``, ``release()``, ``locked()``, ``with``); ``status(path)`` shows holder and
+queue. A lock object belongs to the thread that acquired it; see ``help(fairlock.Lock)``.
+"""
+
+import os as _os
+
+from ._errors import CorruptLockFile, Error, IncompatibleLockFile, LockLost, NotALockFile
+from ._fairlock import Lock, RLock, __version__, _after_fork_in_child, status
+
+# A child does not hold the locks its forking thread held: tell the native module, which
+# keeps each thread's grants, that those are the parent's from now on.
+_os.register_at_fork(after_in_child=_after_fork_in_child)
+
+__all__ = [
+    "Lock",
+    "RLock",
+    "status",
+    "Error",
+    "LockLost",
+    "NotALockFile",
+    "CorruptLockFile",
+    "IncompatibleLockFile",
+    "__version__",
+]

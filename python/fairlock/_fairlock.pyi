@@ -1,0 +1,115 @@
+"""Type stubs of the native module (crates/fairlock-python); use it through ``fairlock``."""
+
+import os
+from types import TracebackType
+from typing import Any, Callable, List, Optional, Tuple, Type, TypedDict, Union
+
+_Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+__version__: str
+
+class Lock:
+    """A strictly fair lock shared by threads and processes through the file at ``path``,
+    in the shape of ``threading.Lock``; owned by the thread that acquired it."""
+
+    def __init__(
+        self, path: _Path, *, name: None = None, lease: Optional[float] = None
+    ) -> None: ...
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Waits in line; False if not acquired (``blocking=False`` or ``timeout``)."""
+    def release(self) -> None:
+        """Releases; ``RuntimeError`` if this thread does not hold it, ``LockLost`` if it
+        was taken over."""
+    def locked(self) -> bool:
+        """True if held by any thread of any process."""
+    def check(self) -> None:
+        """``LockLost`` if this thread's grant was taken over."""
+    def extend(self, seconds: float) -> None:
+        """Renews the lease to ``seconds`` from now."""
+    @property
+    def token(self) -> int:
+        """This thread's grant's fencing token."""
+    @property
+    def owner_died(self) -> bool:
+        """The previous holder did not release (died, or its lease was taken over)."""
+    @property
+    def path(self) -> str: ...
+    @property
+    def lease(self) -> Optional[float]: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
+    def _is_owned(self) -> bool: ...
+    def __reduce__(self) -> Tuple[Callable[..., "Lock"], Tuple[str, str, Optional[float]]]: ...
+
+class RLock:
+    """A re-entrant ``Lock``, in the shape of ``threading.RLock``."""
+
+    def __init__(
+        self, path: _Path, *, name: None = None, lease: Optional[float] = None
+    ) -> None: ...
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """One more level if this thread holds it; otherwise as ``Lock.acquire``."""
+    def release(self) -> None:
+        """Releases one level; the last one releases the lock."""
+    def locked(self) -> bool: ...
+    def check(self) -> None: ...
+    def extend(self, seconds: float) -> None: ...
+    @property
+    def token(self) -> int: ...
+    @property
+    def owner_died(self) -> bool: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def lease(self) -> Optional[float]: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
+    def _is_owned(self) -> bool: ...
+    def _release_save(self) -> int: ...
+    def _acquire_restore(self, depth: int) -> None: ...
+    def __reduce__(self) -> Tuple[Callable[..., "RLock"], Tuple[str, str, Optional[float]]]: ...
+
+class _Ticket(TypedDict):
+    ticket: int
+    token: int
+    state: str
+    pid: Optional[int]
+    tid: Optional[int]
+    alive: Optional[bool]
+
+class HolderStatus(_Ticket):
+    held_ms: Optional[int]
+    lease_remaining_ms: Optional[int]
+    owner_died: bool
+
+class WaiterStatus(_Ticket):
+    waited_ms: Optional[int]
+
+class Status(TypedDict):
+    path: str
+    held: bool
+    owner_pid: Optional[int]
+    owner_tid: Optional[int]
+    token: int
+    next_ticket: int
+    waiters: int
+    arriving: int
+    lease_remaining_ms: Optional[int]
+    holder: Optional[HolderStatus]
+    queue: List[WaiterStatus]
+
+def status(path: _Path) -> Status:
+    """Holder and queue of the lock file at ``path``, as ``fairlock status --json``."""
+
+def _after_fork_in_child() -> None: ...
+def _reopen(class_: str, path: _Path, lease: Optional[float]) -> Any: ...
