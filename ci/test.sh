@@ -6,3 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/deps.sh
 cargo test --release --all-features "$@"
+bash ci/python.sh

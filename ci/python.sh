@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The Python package (python/, built from crates/fairlock-python): creates a fresh virtual
+# environment in target/python-venv, installs the pinned test tools and the peers the tests
+# and python/bench compare against, builds and installs the package exactly as README says
+# (`pip install ./python`: maturin, in pip's isolated build environment), and runs its tests
+# (pytest, real processes). Runnable on its own; ci/test.sh runs it last. PYTHON picks the
+# interpreter (default python3, CPython >= 3.9).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+python="${PYTHON:-python3}"
+venv="$root/target/python-venv"
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+
+start=$SECONDS
+echo "== python: venv ($("$python" --version)) in ${venv#"$root"/}"
+"$python" -m venv --clear "$venv"
+py="$venv/bin/python"
+echo "== python: test tools and peers (pinned)"
+"$py" -m pip install --quiet \
+    maturin==1.16.0 pytest==9.2.0 \
+    diskcache==5.6.3 filelock==4.3.2 portalocker==4.4.2 fasteners==0.20
+echo "== python: pip install ./python (maturin build of crates/fairlock-python)"
+"$py" -m pip install --quiet ./python
+"$py" -c 'import fairlock; print("fairlock", fairlock.__version__, "from", fairlock.__file__)'
+echo "== python: tests (python/tests)"
+# From the repository root, so that `import fairlock` is the installed package, not the
+# sources in python/fairlock (which lack the native module).
+"$py" -m pytest -p no:cacheprovider -q python/tests
+echo "== python: done in $((SECONDS - start)) s"

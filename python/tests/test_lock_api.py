@@ -1,0 +1,323 @@
+"""fairlock.Lock in one process: threading's argument rules, ownership, errors, status."""
+
+import errno
+import math
+import os
+import pickle
+import threading
+import time
+
+import pytest
+
+import fairlock
+
+class Index:
+    """An int-like object (threading takes `blocking` as a C int)."""
+
+    def __index__(self) -> int:
+        return 1
+
+
+# (args, kwargs) for acquire(), each run on a free threading.Lock and a free fairlock.Lock.
+ACQUIRE_CALLS = [
+    ((), {}),
+    ((True,), {}),
+    ((False,), {}),
+    ((0,), {}),
+    ((1,), {}),
+    (("",), {}),
+    (([1],), {}),
+    ((1.5,), {}),
+    ((None,), {}),
+    ((2**70,), {}),
+    ((-1,), {}),
+    ((Index(),), {}),
+    ((True, -1), {}),
+    ((True, -1.0), {}),
+    ((True, 0), {}),
+    ((True, 0.0), {}),
+    ((True, 0.05), {}),
+    ((True, 3), {}),
+    ((False, -1), {}),
+    ((False, 0), {}),
+    ((False, 1.5), {}),
+    ((True, -2), {}),
+    ((True, -0.5), {}),
+    ((True, math.nan), {}),
+    ((True, math.inf), {}),
+    ((True, 1e10), {}),
+    ((True, 1e20), {}),
+    ((True, "1"), {}),
+    ((True, None), {}),
+    ((), {"timeout": 0.01}),
+    ((), {"blocking": False}),
+    ((), {"blocking": False, "timeout": -1}),
+    ((), {"blocking": False, "timeout": 2}),
+    ((), {"blocking": 0, "timeout": -1}),
+    ((True, 1, 2), {}),
+    ((), {"block": True}),
+]
+
+
+def outcome(lock, args, kwargs):
+    """What acquire(*args, **kwargs) did: ("returned", value) or ("raised", exception type);
+    a successful acquire is released again."""
+    try:
+        got = lock.acquire(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - compared below
+        return ("raised", type(e))
+    if got:
+        lock.release()
+    return ("returned", got)
+
+
+@pytest.mark.parametrize("args,kwargs", ACQUIRE_CALLS)
+def test_acquire_arguments_as_threading(lock_path, args, kwargs):
+    theirs = outcome(threading.Lock(), args, kwargs)
+    ours = outcome(fairlock.Lock(lock_path), args, kwargs)
+    assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,expected",
+    [((False,), {}, False), ((True, 0), {}, False), ((True, 0.05), {}, False)],
+)
+def test_acquire_of_a_lock_held_by_another_thread_returns_false(lock_path, args, kwargs, expected):
+    lock = fairlock.Lock(lock_path)
+    held, done = threading.Event(), threading.Event()
+
+    def holder():
+        with lock:
+            held.set()
+            done.wait()
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait()
+    try:
+        assert lock.acquire(*args, **kwargs) is expected
+    finally:
+        done.set()
+        t.join()
+    assert lock.acquire(blocking=False)
+    lock.release()
+
+
+def test_timed_acquire_waits_its_timeout_and_gives_its_place_up(lock_path):
+    holder = fairlock.Lock(lock_path)
+    waiter = fairlock.Lock(lock_path)
+    got = []
+    with holder:
+        t = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=0.2)))
+        start = time.monotonic()
+        t.start()
+        t.join()
+        waited = time.monotonic() - start
+        assert got == [False]
+        assert 0.19 <= waited < 2.0
+        assert fairlock.status(lock_path)["waiters"] == 0  # the ticket was given up
+    assert waiter.acquire(blocking=False)  # and nobody is left in line for it
+    waiter.release()
+
+
+def test_release_rules(lock_path):
+    lock = fairlock.Lock(lock_path)
+    with pytest.raises(RuntimeError, match="release unlocked lock"):
+        lock.release()
+    assert lock.acquire()
+    errors = []
+
+    def other_thread():
+        try:
+            lock.release()
+        except RuntimeError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    assert len(errors) == 1, "a fairlock.Lock is released by the thread that acquired it"
+    assert lock.locked()
+    lock.release()
+    assert not lock.locked()
+
+
+def test_blocking_acquire_by_the_holder_raises_edeadlk(lock_path):
+    lock = fairlock.Lock(lock_path)
+    other = fairlock.Lock(lock_path)  # another object on the same file: the same lock
+    with lock:
+        for l in (lock, other):
+            assert l.acquire(blocking=False) is False
+            assert l.acquire(timeout=0) is False
+            with pytest.raises(fairlock.Error) as e:
+                l.acquire()
+            assert e.value.errno == errno.EDEADLK
+            assert e.value.filename == lock_path
+            assert lock_path in str(e.value)
+            with pytest.raises(fairlock.Error):
+                l.acquire(timeout=0.5)
+
+
+def test_with_returns_true_and_releases(lock_path):
+    lock = fairlock.Lock(lock_path)
+    with lock as entered:
+        assert entered is True
+        assert lock.locked()
+    assert not lock.locked()
+    with pytest.raises(ZeroDivisionError):
+        with lock:
+            1 / 0
+    assert not lock.locked()
+
+
+def test_tokens_strictly_increase_and_are_per_grant(lock_path):
+    lock = fairlock.Lock(lock_path)
+    tokens = []
+    for _ in range(5):
+        with lock:
+            tokens.append(lock.token)
+            assert lock.owner_died is False
+    assert tokens == sorted(set(tokens))
+    assert tokens[0] > 0
+    with pytest.raises(RuntimeError, match="does not hold"):
+        lock.token
+    with pytest.raises(RuntimeError):
+        lock.owner_died
+    with pytest.raises(RuntimeError):
+        lock.check()
+
+
+def test_lease_check_and_extend(lock_path):
+    lock = fairlock.Lock(lock_path, lease=5)
+    assert lock.lease == 5.0
+    with lock:
+        lock.check()
+        lock.extend(10)
+        assert 9000 < fairlock.status(lock_path)["lease_remaining_ms"] <= 10000
+        with pytest.raises(ValueError):
+            lock.extend(0)
+        with pytest.raises(ValueError):
+            lock.extend(-1)
+    unleased = fairlock.Lock(lock_path)
+    assert unleased.lease is None
+    with unleased:
+        with pytest.raises(ValueError, match="without a lease"):
+            unleased.extend(1)
+
+
+@pytest.mark.parametrize("lease", [0, -1, math.nan, math.inf])
+def test_bad_lease_is_a_value_error(lock_path, lease):
+    with pytest.raises(ValueError):
+        fairlock.Lock(lock_path, lease=lease)
+
+
+def test_named_locks_are_not_there_yet(lock_path):
+    with pytest.raises(NotImplementedError, match="named locks"):
+        fairlock.Lock(lock_path, name="jobs")
+    with pytest.raises(NotImplementedError):
+        fairlock.RLock(lock_path, name="jobs")
+    fairlock.Lock(lock_path, name=None)  # the default is accepted
+
+
+def test_errors_name_the_file(tmp_path):
+    missing = str(tmp_path / "no" / "such" / "dir.lock")
+    with pytest.raises(fairlock.Error) as e:
+        fairlock.Lock(missing)
+    assert isinstance(e.value, OSError)
+    assert e.value.errno == errno.ENOENT
+    assert e.value.filename == missing
+    assert missing in str(e.value)
+
+    not_a_lock = tmp_path / "notes.txt"
+    not_a_lock.write_text("my notes")
+    with pytest.raises(fairlock.NotALockFile) as e:
+        fairlock.Lock(str(not_a_lock))
+    assert str(not_a_lock) in str(e.value)
+    assert not_a_lock.read_text() == "my notes", "left untouched"
+
+    with pytest.raises(fairlock.Error, match="directory"):
+        fairlock.Lock(str(tmp_path))
+    with pytest.raises(fairlock.Error):
+        fairlock.status(str(tmp_path / "absent.lock"))
+
+
+@pytest.mark.parametrize(
+    "offset,value,error",
+    [
+        (8, 2, fairlock.IncompatibleLockFile),  # version (docs/FILE_FORMAT.md)
+        (36, 100, fairlock.CorruptLockFile),  # slots_offset, inside the participants
+    ],
+)
+def test_damaged_files_are_refused_and_left_alone(lock_path, offset, value, error):
+    with fairlock.Lock(lock_path):
+        pass
+    with open(lock_path, "r+b") as f:
+        f.seek(offset)
+        f.write(value.to_bytes(4, "little"))
+    with open(lock_path, "rb") as f:
+        damaged = f.read()
+    with pytest.raises(error) as e:
+        fairlock.Lock(lock_path)
+    assert lock_path in str(e.value) and e.value.filename == lock_path
+    with open(lock_path, "rb") as f:
+        assert f.read() == damaged
+
+
+def test_exceptions_pickle():
+    e = fairlock.LockLost(None, "/x.lock: the lock was lost", "/x.lock")
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is fairlock.LockLost
+    assert (str(back), back.filename, back.errno) == (str(e), "/x.lock", None)
+    assert issubclass(fairlock.NotALockFile, fairlock.Error)
+    assert issubclass(fairlock.Error, OSError)
+
+
+def test_status_has_the_keys_of_the_cli_json(lock_path):
+    lock = fairlock.Lock(lock_path, lease=30)
+    with lock:
+        st = fairlock.status(lock_path)
+        assert set(st) == {
+            "path", "held", "owner_pid", "owner_tid", "token", "next_ticket", "waiters",
+            "arriving", "lease_remaining_ms", "holder", "queue",
+        }
+        assert st["held"] is True and st["path"] == lock_path
+        assert st["owner_pid"] == os.getpid()
+        assert st["owner_tid"] == threading.get_native_id()
+        assert st["token"] == lock.token
+        assert set(st["holder"]) == {
+            "ticket", "token", "state", "pid", "tid", "alive", "held_ms",
+            "lease_remaining_ms", "owner_died",
+        }
+        assert st["holder"]["alive"] is True
+        assert 0 <= st["holder"]["held_ms"] < 5000
+        assert st["queue"] == [] and st["waiters"] == 0
+    st = fairlock.status(lock_path)
+    assert st["held"] is False and st["holder"] is None and st["owner_pid"] is None
+
+
+def test_pickled_lock_reopens_the_same_file(lock_path):
+    lock = fairlock.Lock(lock_path, lease=7.5)
+    with lock:
+        copy = pickle.loads(pickle.dumps(lock))
+        assert type(copy) is fairlock.Lock
+        assert (copy.path, copy.lease) == (lock_path, 7.5)
+        assert copy.locked()
+        assert copy.acquire(blocking=False) is False  # same thread, same lock
+    r = pickle.loads(pickle.dumps(fairlock.RLock(lock_path)))
+    assert type(r) is fairlock.RLock
+
+
+def test_path_like_and_bytes_paths(tmp_path):
+    p = tmp_path / "pathlike.lock"
+    with fairlock.Lock(p) as got:
+        assert got
+    assert fairlock.Lock(bytes(p)).path == str(p)
+    assert fairlock.status(p)["held"] is False
+
+
+def test_repr(lock_path):
+    lock = fairlock.Lock(lock_path, lease=2)
+    assert repr(lock) == f"<fairlock.Lock '{lock_path}', lease=2.0, not held by this thread>"
+    with lock:
+        assert "held by this thread" in repr(lock)
+        assert "not held" not in repr(lock)
