@@ -76,15 +76,15 @@ impl Wait {
     }
 }
 
-/// `acquire`'s `blocking` argument: any object's truth value, as threading takes it
-/// (`acquire(0)` is an old spelling of `acquire(False)`).
+/// `acquire`'s `blocking` argument: a C `int` as threading takes it (a bool, an int, anything
+/// with `__index__`; `acquire(0)` is an old spelling of `acquire(False)`), true if not zero.
 pub(crate) struct Blocking(pub(crate) bool);
 
 impl FromPyObject<'_, '_> for Blocking {
     type Error = PyErr;
 
     fn extract(obj: Borrowed<'_, '_, PyAny>) -> PyResult<Blocking> {
-        Ok(Blocking(obj.is_truthy()?))
+        Ok(Blocking(obj.extract::<i32>()? != 0))
     }
 }
 

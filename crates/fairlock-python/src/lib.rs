@@ -19,10 +19,10 @@ mod lock_object;
 mod rlock;
 mod status;
 
-use std::path::PathBuf;
-
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+use crate::lock_object::LockPath;
 
 /// Called in a child after `os.fork()` (fairlock/__init__.py registers it with
 /// `os.register_at_fork`): the grants the forking thread held are its parent's from now on.
@@ -34,7 +34,7 @@ fn _after_fork_in_child() {
 /// Unpickles a lock object (see `lock_object::reduce`): opens `path` again.
 #[pyfunction]
 #[pyo3(signature = (class, path, lease))]
-fn _reopen(py: Python<'_>, class: &str, path: PathBuf, lease: Option<f64>) -> PyResult<Py<PyAny>> {
+fn _reopen(py: Python<'_>, class: &str, path: LockPath, lease: Option<f64>) -> PyResult<Py<PyAny>> {
     let reentrant = match class {
         "Lock" => false,
         "RLock" => true,

@@ -1,7 +1,6 @@
 //! `fairlock.Lock`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
@@ -9,7 +8,7 @@ use pyo3::types::PyTuple;
 
 use crate::acquire::{self, Blocking, Timeout, Wait};
 use crate::handle::Handle;
-use crate::lock_object as object;
+use crate::lock_object::{self as object, LockPath};
 
 /// A strictly fair (first come, first served) lock shared by threads and processes through the
 /// lock file at ``path``, in the shape of ``threading.Lock``.
@@ -50,7 +49,7 @@ impl Lock {
     #[pyo3(signature = (path, *, name = None, lease = None))]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        path: LockPath,
         name: Option<&Bound<'_, PyAny>>,
         lease: Option<f64>,
     ) -> PyResult<Lock> {

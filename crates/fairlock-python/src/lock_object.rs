@@ -2,17 +2,35 @@
 //! grant's token and owner-died flag, lease checks, `locked()`, `repr()` and pickling. The two
 //! classes (`lock.rs`, `rlock.rs`) only differ in re-entrancy and their docstrings.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBytes, PyTuple};
 
 use crate::errors;
 use crate::handle::{Handle, OwnedGuard};
 use crate::held::{self, Holding, Released};
+
+/// A lock file's path argument: a `str`, `bytes` or `os.PathLike`, as `open()` takes it.
+pub(crate) struct LockPath(pub(crate) PathBuf);
+
+impl FromPyObject<'_, '_> for LockPath {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'_, '_, PyAny>) -> PyResult<LockPath> {
+        let py = obj.py();
+        let path = py.import("os")?.call_method1("fspath", (obj,))?;
+        if let Ok(bytes) = path.cast::<PyBytes>() {
+            return Ok(LockPath(PathBuf::from(OsStr::from_bytes(bytes.as_bytes()))));
+        }
+        Ok(LockPath(path.extract()?))
+    }
+}
 
 /// Opens the lock file of a new `Lock` (or, `reentrant`, `RLock`) object, the GIL released (the
 /// open may wait for another process initialising the file).
@@ -22,7 +40,7 @@ use crate::held::{self, Holding, Released};
 /// lease; the library's errors for the file.
 pub(crate) fn open(
     py: Python<'_>,
-    path: PathBuf,
+    LockPath(path): LockPath,
     name: Option<&Bound<'_, PyAny>>,
     lease: Option<f64>,
     reentrant: bool,

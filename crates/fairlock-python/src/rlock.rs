@@ -1,7 +1,6 @@
 //! `fairlock.RLock`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
@@ -10,7 +9,7 @@ use pyo3::types::PyTuple;
 use crate::acquire::{self, Blocking, Timeout, Wait};
 use crate::handle::Handle;
 use crate::held;
-use crate::lock_object as object;
+use crate::lock_object::{self as object, LockPath};
 
 /// A re-entrant ``fairlock.Lock``, in the shape of ``threading.RLock``: the thread holding it
 /// may acquire it again, which counts a level and takes no place in line; it is released when
@@ -37,7 +36,7 @@ impl RLock {
     #[pyo3(signature = (path, *, name = None, lease = None))]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        path: LockPath,
         name: Option<&Bound<'_, PyAny>>,
         lease: Option<f64>,
     ) -> PyResult<RLock> {

@@ -2,7 +2,6 @@
 //! `fairlock status --json` (crates/fairlock-cli/src/status.rs): durations in whole
 //! milliseconds, `None` for what is not known.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use fairlock::{Status, TicketInfo};
@@ -10,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::errors;
+use crate::lock_object::LockPath;
 
 /// Who holds the lock file at `path`, who waits, for how long: a snapshot taken without
 /// disturbing the lock (read-only; no ticket, no participant entry), as a dict with the keys
@@ -24,9 +24,9 @@ use crate::errors;
 /// Raises `fairlock.Error` if the file is missing or unreadable, `fairlock.NotALockFile` if
 /// it is not a lock file.
 #[pyfunction]
-pub(crate) fn status(py: Python<'_>, path: PathBuf) -> PyResult<Bound<'_, PyDict>> {
+pub(crate) fn status(py: Python<'_>, path: LockPath) -> PyResult<Bound<'_, PyDict>> {
     let st = py
-        .detach(|| fairlock::inspect(&path))
+        .detach(|| fairlock::inspect(&path.0))
         .map_err(|e| errors::to_py(py, e))?;
     to_dict(py, &st)
 }
