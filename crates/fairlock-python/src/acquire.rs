@@ -8,6 +8,7 @@
 //! for Ctrl-C), the hook says stop, the ticket is given up and the exception is raised. Other
 //! threads never run signal handlers in Python, so their hook says nothing and costs nothing.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -211,9 +212,23 @@ fn wait_in_line(py: Python<'_>, handle: &Arc<Handle>, deadline: Option<Instant>)
 }
 
 /// Whether the calling thread is Python's main thread, the only one that runs signal handlers.
+/// Asked of `threading` once per thread (and again after a `fork`, which makes the forking
+/// thread the child's main thread), then remembered: it is on the path of every wait.
 fn is_main_thread(py: Python<'_>) -> PyResult<bool> {
+    thread_local! {
+        /// (fork generation, answer) of the last time this thread asked.
+        static MAIN: Cell<Option<(u64, bool)>> = const { Cell::new(None) };
+    }
+    let generation = held::fork_generation();
+    if let Some((g, main)) = MAIN.get()
+        && g == generation
+    {
+        return Ok(main);
+    }
     let threading = py.import("threading")?;
     let me: u64 = threading.call_method0("get_ident")?.extract()?;
     let main = threading.call_method0("main_thread")?.getattr("ident")?;
-    Ok(main.extract::<Option<u64>>()? == Some(me))
+    let main = main.extract::<Option<u64>>()? == Some(me);
+    MAIN.set(Some((generation, main)));
+    Ok(main)
 }

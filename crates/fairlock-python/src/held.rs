@@ -48,6 +48,11 @@ pub(crate) fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, Relaxed);
 }
 
+/// How many forks this process descends through (see [`FORK_GENERATION`]).
+pub(crate) fn fork_generation() -> u64 {
+    FORK_GENERATION.load(Relaxed)
+}
+
 /// What the calling thread holds of one lock object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Holding {
@@ -70,7 +75,7 @@ pub(crate) fn holding(handle: &Arc<Handle>) -> Holding {
         let table = h.borrow();
         match find(&table, key).map(|i| &table[i]) {
             None => Holding::No,
-            Some(e) if e.fork_generation != FORK_GENERATION.load(Relaxed) => Holding::Inherited,
+            Some(e) if e.fork_generation != fork_generation() => Holding::Inherited,
             Some(e) => Holding::Yes { depth: e.depth },
         }
     })
@@ -80,7 +85,7 @@ pub(crate) fn holding(handle: &Arc<Handle>) -> Holding {
 pub(crate) fn insert(handle: &Arc<Handle>, guard: OwnedGuard, depth: u32) {
     let entry = Entry {
         key: handle.key(),
-        fork_generation: FORK_GENERATION.load(Relaxed),
+        fork_generation: fork_generation(),
         depth,
         guard,
     };
@@ -137,7 +142,7 @@ pub(crate) fn release(handle: &Arc<Handle>, all: bool) -> Released {
             return Err(Released::NotHeld);
         };
         let e = &mut table[i];
-        let ours = e.fork_generation == FORK_GENERATION.load(Relaxed);
+        let ours = e.fork_generation == fork_generation();
         if e.depth > 1 && !all && ours {
             e.depth -= 1;
             return Err(Released::Level);
@@ -161,6 +166,6 @@ pub(crate) fn with_grant<R>(
     HELD.with(|h| {
         let table = h.borrow();
         let e = &table[find(&table, key)?];
-        (e.fork_generation == FORK_GENERATION.load(Relaxed)).then(|| f(&e.guard, e.depth))
+        (e.fork_generation == fork_generation()).then(|| f(&e.guard, e.depth))
     })
 }
