@@ -2,9 +2,9 @@
 # The Python package (python/, built from crates/fairlock-python): creates a fresh virtual
 # environment in target/python-venv, installs the pinned test tools and the peers the tests
 # and python/bench compare against, builds and installs the package exactly as README says
-# (`pip install ./python`: maturin, in pip's isolated build environment), and runs its tests
-# (pytest, real processes). Runnable on its own; ci/test.sh runs it last. PYTHON picks the
-# interpreter (default python3, CPython >= 3.9).
+# (`pip install ./python`: maturin, in pip's isolated build environment), runs its tests
+# (pytest, real processes) and a quick run of its bench. Runnable on its own; ci/test.sh
+# runs it last. PYTHON picks the interpreter (default python3, CPython >= 3.9).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -27,4 +27,6 @@ echo "== python: tests (python/tests)"
 # From the repository root, so that `import fairlock` is the installed package, not the
 # sources in python/fairlock (which lack the native module).
 "$py" -m pytest -p no:cacheprovider -q python/tests
+echo "== python: bench smoke run (python/bench/run.py --quick: that it runs; its figures are not results)"
+"$py" python/bench/run.py --quick
 echo "== python: done in $((SECONDS - start)) s"
