@@ -18,11 +18,13 @@ echo "== python: venv ($("$python" --version)) in ${venv#"$root"/}"
 py="$venv/bin/python"
 echo "== python: test tools and peers (pinned)"
 "$py" -m pip install --quiet \
-    maturin==1.16.0 pytest==9.2.0 \
+    maturin==1.16.0 pytest==9.2.0 mypy==2.4.1 \
     diskcache==5.6.3 filelock==4.3.2 portalocker==4.4.2 fasteners==0.20
 echo "== python: pip install ./python (maturin build of crates/fairlock-python)"
 "$py" -m pip install --quiet ./python
 "$py" -c 'import fairlock; print("fairlock", fairlock.__version__, "from", fairlock.__file__)'
+echo "== python: the type stubs match the module (mypy.stubtest)"
+(cd "$venv" && "$py" -m mypy.stubtest fairlock) # in the venv: its .mypy_cache goes there
 echo "== python: tests (python/tests)"
 # From the repository root, so that `import fairlock` is the installed package, not the
 # sources in python/fairlock (which lack the native module).

@@ -2,19 +2,21 @@
 
 import os
 from types import TracebackType
-from typing import Any, Callable, List, Optional, Tuple, Type, TypedDict, Union
+from typing import Any, Callable, List, Optional, Tuple, Type, TypedDict, Union, final
 
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
+__all__ = ["Lock", "RLock", "status", "_after_fork_in_child", "_reopen", "__version__"]
 __version__: str
 
+@final
 class Lock:
     """A strictly fair lock shared by threads and processes through the file at ``path``,
     in the shape of ``threading.Lock``; owned by the thread that acquired it."""
 
-    def __init__(
-        self, path: _Path, *, name: None = None, lease: Optional[float] = None
-    ) -> None: ...
+    def __new__(
+        cls, path: _Path, *, name: None = None, lease: Optional[float] = None
+    ) -> "Lock": ...
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Waits in line; False if not acquired (``blocking=False`` or ``timeout``)."""
     def release(self) -> None:
@@ -46,12 +48,13 @@ class Lock:
     def _is_owned(self) -> bool: ...
     def __reduce__(self) -> Tuple[Callable[..., "Lock"], Tuple[str, str, Optional[float]]]: ...
 
+@final
 class RLock:
     """A re-entrant ``Lock``, in the shape of ``threading.RLock``."""
 
-    def __init__(
-        self, path: _Path, *, name: None = None, lease: Optional[float] = None
-    ) -> None: ...
+    def __new__(
+        cls, path: _Path, *, name: None = None, lease: Optional[float] = None
+    ) -> "RLock": ...
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """One more level if this thread holds it; otherwise as ``Lock.acquire``."""
     def release(self) -> None:
@@ -87,15 +90,15 @@ class _Ticket(TypedDict):
     tid: Optional[int]
     alive: Optional[bool]
 
-class HolderStatus(_Ticket):
+class _HolderStatus(_Ticket):
     held_ms: Optional[int]
     lease_remaining_ms: Optional[int]
     owner_died: bool
 
-class WaiterStatus(_Ticket):
+class _WaiterStatus(_Ticket):
     waited_ms: Optional[int]
 
-class Status(TypedDict):
+class _Status(TypedDict):
     path: str
     held: bool
     owner_pid: Optional[int]
@@ -105,10 +108,10 @@ class Status(TypedDict):
     waiters: int
     arriving: int
     lease_remaining_ms: Optional[int]
-    holder: Optional[HolderStatus]
-    queue: List[WaiterStatus]
+    holder: Optional[_HolderStatus]
+    queue: List[_WaiterStatus]
 
-def status(path: _Path) -> Status:
+def status(path: _Path) -> _Status:
     """Holder and queue of the lock file at ``path``, as ``fairlock status --json``."""
 
 def _after_fork_in_child() -> None: ...

@@ -19,7 +19,7 @@ use crate::lock_object::{self as object, LockPath};
 ///
 /// * ``lease``: seconds. A holder past its lease may be taken over by the next waiter; it
 ///   then learns it lost the lock from ``check()``, ``extend()`` or ``release()``
-///   (``fairlock.LockLost``).
+///   (``fairlock.LockLost``; at the end of a ``with`` block, from its exit).
 /// * ``name``: reserved for named locks (many locks in one file); not available yet, raises
 ///   ``NotImplementedError``.
 ///
