@@ -103,5 +103,6 @@ def test_a_signal_handler_that_does_not_raise_keeps_the_wait(lock_path, peers):
     assert waiters(lock_path) == 1, "still in line"
     lock.release()
     assert waiter.reply(timeout=5).startswith("acquired")
-    assert waiter.call("sigints") == "3", "the handler ran for each signal"
+    # The handler ran (signals sent while one is pending merge into it, hence not always 3).
+    assert 1 <= int(waiter.call("sigints")) <= 3
     assert waiter.call("release") == "ok"

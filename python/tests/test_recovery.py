@@ -98,14 +98,14 @@ def test_lease_lost_is_raised_at_the_end_of_a_with_block(lock_path, peers):
 
 
 def test_extended_lease_is_not_taken_over(lock_path, peers):
-    lock = fairlock.Lock(lock_path, lease=0.3)
+    lock = fairlock.Lock(lock_path, lease=0.5)
     waiter = peers(lock_path)
     assert lock.acquire()
-    waiter.send("acquire 1.0")
+    waiter.send("acquire 1.5")
     wait_until(lambda: waiters(lock_path) == 1)
-    for _ in range(6):  # 1.2 s in all, extended every 0.2 s
-        time.sleep(0.2)
-        lock.extend(0.3)
+    for _ in range(20):  # 2 s in all, renewed to 0.5 s every 0.1 s
+        time.sleep(0.1)
+        lock.extend(0.5)
     assert waiter.reply(timeout=10) == "false"  # it timed out: never took over
     lock.check()
     lock.release()
