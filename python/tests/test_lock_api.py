@@ -6,6 +6,7 @@ import os
 import pickle
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -313,6 +314,15 @@ def test_path_like_and_bytes_paths(tmp_path):
         assert got
     assert fairlock.Lock(bytes(p)).path == str(p)
     assert fairlock.status(p)["held"] is False
+
+
+@pytest.mark.parametrize("cls", [fairlock.Lock, fairlock.RLock])
+def test_weak_references(lock_path, cls):
+    lock = cls(lock_path)
+    ref = weakref.ref(lock)
+    assert ref() is lock
+    del lock
+    assert ref() is None
 
 
 def test_repr(lock_path):

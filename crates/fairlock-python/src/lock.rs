@@ -32,7 +32,7 @@ use crate::lock_object::{self as object, LockPath};
 /// holding thread raises ``fairlock.Error`` (errno ``EDEADLK``) instead of waiting forever.
 /// After ``os.fork()`` the child does not hold its parent's lock: its ``release()`` raises
 /// ``fairlock.LockLost`` and its ``acquire()`` waits in line like anyone's.
-#[pyclass(frozen, module = "fairlock", name = "Lock")]
+#[pyclass(frozen, weakref, module = "fairlock", name = "Lock")]
 pub(crate) struct Lock {
     handle: Arc<Handle>,
 }

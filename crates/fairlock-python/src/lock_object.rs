@@ -126,8 +126,8 @@ pub(crate) fn extend(py: Python<'_>, handle: &Arc<Handle>, seconds: f64) -> PyRe
 /// # Errors
 /// The library's errors reading the file (it was removed, say).
 pub(crate) fn locked(py: Python<'_>, handle: &Arc<Handle>) -> PyResult<bool> {
-    if held::holding(handle) != Holding::No {
-        return Ok(true); // ours (or our parent's, if inherited: still held)
+    if let Holding::Yes { .. } = held::holding(handle) {
+        return Ok(true); // this thread's (an inherited hold is asked of the file: the parent's)
     }
     let path = handle.path();
     let st = py

@@ -19,7 +19,7 @@ use crate::lock_object::{self as object, LockPath};
 /// ``RLock(path, *, name=None, lease=None)``: as ``Lock``. Re-entrancy is per thread and per
 /// process: two ``RLock`` objects on the same file re-enter each other in one thread.
 /// Works with ``threading.Condition``.
-#[pyclass(frozen, module = "fairlock", name = "RLock")]
+#[pyclass(frozen, weakref, module = "fairlock", name = "RLock")]
 pub(crate) struct RLock {
     handle: Arc<Handle>,
 }
