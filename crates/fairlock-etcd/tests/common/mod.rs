@@ -4,12 +4,13 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod cluster;
+pub mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use fairlock_etcd::{Error, EtcdLock};
+use fairlock_etcd::{AsyncEtcdLock, Error, EtcdLock, Status};
 
 /// The environment variable naming a re-executed test binary's role.
 pub const ROLE: &str = "FAIRLOCK_ETCD_TEST_ROLE";
@@ -122,4 +123,107 @@ pub fn outcome(r: &Result<(), Error>) -> String {
         Ok(()) => "Ok".into(),
         Err(e) => kind(e).into(),
     }
+}
+
+/// A runtime for the async tests (two workers: a test's tasks and the clients' keep-alives).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Connects for async use with a lease of `ttl_s` seconds and the given request timeout.
+pub async fn connect_async(
+    endpoints: &[String],
+    name: &str,
+    ttl_s: u64,
+    request_timeout: Duration,
+) -> AsyncEtcdLock {
+    AsyncEtcdLock::options()
+        .lease_ttl(Duration::from_secs(ttl_s))
+        .request_timeout(request_timeout)
+        .connect_async(endpoints, name)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {endpoints:?}: {e}"))
+}
+
+/// How many queue keys (the holder's and the waiters') etcd has.
+pub fn keys(s: &Status) -> usize {
+    s.waiters.len() + usize::from(s.holder.is_some())
+}
+
+/// Polls the lock's status until `done` holds, for up to `limit`: `Ok` with that status, or
+/// `Err` with the last one seen.
+pub async fn until_status(
+    lock: &AsyncEtcdLock,
+    limit: Duration,
+    done: impl Fn(&Status) -> bool,
+) -> Result<Status, Status> {
+    let start = Instant::now();
+    loop {
+        let s = lock.status().await.unwrap();
+        if done(&s) {
+            return Ok(s);
+        }
+        if start.elapsed() > limit {
+            return Err(s);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A short description of an acquisition's outcome, for assertion messages.
+pub fn show<T>(r: &Result<T, Error>) -> String {
+    match r {
+        Ok(_) => "Ok".into(),
+        Err(e) => format!("{}: {e}", kind(e)),
+    }
+}
+
+/// The message of a caught panic.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// Runs independent scenarios one after the other, each to its end even if another failed,
+/// then fails naming every one that did.
+pub fn each(scenarios: &[(&str, &dyn Fn())]) {
+    let failed: Vec<String> = scenarios
+        .iter()
+        .filter_map(|(name, f)| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .err()
+                .map(|p| format!("{name}: {}", panic_message(p.as_ref())))
+        })
+        .collect();
+    assert!(failed.is_empty(), "failed:\n{}", failed.join("\n"));
+}
+
+/// One async scenario of a test.
+pub type Scenario = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Runs independent async scenarios side by side (each a task), each to its end even if
+/// another failed, then fails naming every one that did.
+pub async fn side_by_side(scenarios: Vec<(&str, Scenario)>) {
+    let tasks: Vec<_> = scenarios
+        .into_iter()
+        .map(|(name, f)| (name, tokio::spawn(f)))
+        .collect();
+    let mut failed = Vec::new();
+    for (name, t) in tasks {
+        if let Err(e) = t.await {
+            let why = if e.is_panic() {
+                panic_message(e.into_panic().as_ref())
+            } else {
+                e.to_string()
+            };
+            failed.push(format!("{name}: {why}"));
+        }
+    }
+    assert!(failed.is_empty(), "failed:\n{}", failed.join("\n"));
 }
