@@ -10,7 +10,7 @@ use crate::endpoint;
 use crate::error::{Error, Result};
 use crate::keys::Keys;
 use crate::options::EtcdOptions;
-use crate::queue::{self, Ctx, Grant, Wait};
+use crate::queue::{self, Bounds, Ctx, Grant, Wait};
 use crate::session::Session;
 use crate::status::{self, Status};
 
@@ -126,7 +126,7 @@ impl AsyncEtcdLock {
             inner: Arc::new(inner),
         };
         // The client connects lazily: granting the first lease is what proves a quorum.
-        lock.session().await?;
+        lock.session(None, None).await?;
         Ok(lock)
     }
 
@@ -141,31 +141,68 @@ impl AsyncEtcdLock {
     }
 
     /// The current session, or a new one if there is none or it was lost. Granting is
-    /// retried on transient errors for up to the request timeout.
-    async fn session(&self) -> Result<Arc<Session>> {
-        let mut slot = self.inner.session.lock().await;
+    /// retried on transient errors until the caller's `deadline` (then `Timeout`: a
+    /// `lock_timeout` waits as long as it was told, a short outage included), else its `limit`
+    /// or one request timeout (then `Unavailable`).
+    async fn session(
+        &self,
+        deadline: Option<Instant>,
+        limit: Option<Instant>,
+    ) -> Result<Arc<Session>> {
+        let ctx = &self.inner.ctx;
+        let (end, is_deadline) = match (deadline, limit) {
+            (Some(d), _) => (Some(d), true),
+            (None, Some(l)) => (Some(l), false),
+            (None, None) => (Instant::now().checked_add(ctx.request_timeout), false),
+        };
+        let ran_out = |source| {
+            if is_deadline {
+                Error::Timeout {
+                    name: ctx.keys.name.clone(),
+                }
+            } else {
+                Error::Unavailable {
+                    endpoints: ctx.endpoints.clone(),
+                    op: "granting a lease",
+                    source,
+                }
+            }
+        };
+        let left = || end.map(|e| e.saturating_duration_since(Instant::now()));
+        // Another acquisition may be granting one right now (its wait is bounded the same way).
+        let mut slot = match left() {
+            Some(d) => tokio::time::timeout(d, self.inner.session.lock())
+                .await
+                .map_err(|_| ran_out(crate::session::timed_out(d)))?,
+            None => self.inner.session.lock().await,
+        };
         if let Some(s) = slot.as_ref().filter(|s| s.lost().is_none()) {
             return Ok(s.clone());
         }
-        let ctx = &self.inner.ctx;
-        let limit = Instant::now() + ctx.request_timeout;
+        // Each attempt waits at most a sixth of the TTL (at least 200 ms), as the requests made
+        // for a session do: one stuck on a member that hangs is retried, maybe elsewhere. (An
+        // attempt given up may still have granted a lease: nobody keeps it alive, it expires.)
+        let sixth = Duration::from_millis(
+            u64::try_from(self.inner.ttl_s)
+                .unwrap_or(1)
+                .saturating_mul(1000)
+                / 6,
+        );
+        let cap = ctx
+            .request_timeout
+            .min(sixth.max(Duration::from_millis(200)));
         let mut backoff = Duration::from_millis(20);
         let session = loop {
-            let left = limit.saturating_duration_since(Instant::now());
-            match Session::grant(&ctx.client, self.inner.ttl_s, ctx.request_timeout.min(left)).await
-            {
+            let budget = left().map_or(cap, |d| d.min(cap));
+            match Session::grant(&ctx.client, self.inner.ttl_s, budget).await {
                 Ok(s) => break s,
-                Err(e) if crate::error::is_unavailable(&e) && Instant::now() + backoff < limit => {
+                Err(e)
+                    if crate::error::is_unavailable(&e) && left().is_none_or(|d| d > backoff) =>
+                {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }
-                Err(e) if crate::error::is_unavailable(&e) => {
-                    return Err(Error::Unavailable {
-                        endpoints: ctx.endpoints.clone(),
-                        op: "granting a lease",
-                        source: e,
-                    });
-                }
+                Err(e) if crate::error::is_unavailable(&e) => return Err(ran_out(e)),
                 Err(e) => {
                     return Err(Error::Etcd {
                         name: ctx.keys.name.clone(),
@@ -188,15 +225,35 @@ impl AsyncEtcdLock {
     }
 
     pub(crate) async fn acquire_grant(&self, wait: Wait) -> Result<Grant> {
-        let session = self.session().await?;
-        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
-        let key = self.inner.ctx.keys.entry(session.id(), seq);
-        let value = format!("{} since={}", self.inner.who, unix_ms());
-        queue::acquire(&self.inner.ctx, session, key, value, wait).await
+        let b: Bounds = wait.bounds(self.inner.ctx.request_timeout);
+        let mut renewed = false;
+        loop {
+            let session = self.session(b.deadline, b.limit).await?;
+            let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+            let keys = &self.inner.ctx.keys;
+            let (key, receipt) = (
+                keys.entry(session.id(), seq),
+                keys.receipt(session.id(), seq),
+            );
+            let value = format!("{} since={}", self.inner.who, unix_ms());
+            match queue::acquire(&self.inner.ctx, session, key, receipt, value, b).await {
+                Ok(g) => return Ok(g),
+                // Our cached lease was gone on the server (revoked, or expired while this
+                // process was stopped) before the keep-alive noticed, and nothing was created:
+                // a new lease, once, rather than fail a lock() that held nothing.
+                Err(f) if f.stale_lease && !renewed => renewed = true,
+                Err(f) => return Err(f.error),
+            }
+        }
     }
 
     pub(crate) async fn release_grant(&self, grant: &Grant) -> Result<()> {
         queue::release(&self.inner.ctx, grant).await
+    }
+
+    /// Starts releasing `grant` in the background.
+    pub(crate) fn start_release(&self, grant: &Grant) {
+        drop(queue::start_release(&self.inner.ctx, grant));
     }
 
     pub(crate) fn check_grant(&self, grant: &Grant) -> Result<()> {
@@ -223,9 +280,17 @@ impl AsyncEtcdLock {
         self.acquire(Wait::Try).await
     }
 
-    /// As [`lock`](Self::lock), giving up with [`Error::Timeout`] after `timeout`.
+    /// As [`lock`](Self::lock), giving up with [`Error::Timeout`] after `timeout`. A zero
+    /// timeout makes one try (it takes a free lock, as `try_lock`); one too large to be a
+    /// deadline waits as `lock` does.
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<AsyncEtcdGuard<'_>> {
-        self.acquire(Wait::Until(Instant::now() + timeout)).await
+        self.acquire(wait_for(timeout)).await
+    }
+
+    /// As [`lock_timeout`](Self::lock_timeout), with a deadline (one already past makes one
+    /// try).
+    pub async fn lock_until(&self, deadline: Instant) -> Result<AsyncEtcdGuard<'_>> {
+        self.acquire(Wait::Until(deadline)).await
     }
 
     /// Who holds the lock and who waits, as etcd has it now.
@@ -234,7 +299,8 @@ impl AsyncEtcdLock {
     }
 
     /// Revokes our lease now (any lock still held through it is released the way a dead
-    /// holder's is: the next holder sees `owner_died`). Later acquisitions grant a new one.
+    /// holder's is: the next holder sees `owner_died`; an acquisition waiting meanwhile stops
+    /// with [`Error::LockLost`]). Later acquisitions grant a new one.
     pub async fn close(&self) {
         if let Some(s) = self.inner.session.lock().await.take() {
             s.revoke().await;
@@ -292,31 +358,32 @@ impl AsyncEtcdGuard<'_> {
     }
 
     /// Releases the lock. [`Error::LockLost`] if it was no longer ours to release (our lease
-    /// had ended: another client may have held it meanwhile).
+    /// had ended: another client may have held it meanwhile); [`Error::Unavailable`] if etcd
+    /// did not confirm the release within two request timeouts (it goes on trying in the
+    /// background while our lease lives). Dropping the future does not stop the release.
     pub async fn unlock(mut self) -> Result<()> {
-        let grant = self
-            .grant
-            .take()
-            .expect("a guard holds its grant until it is consumed");
-        self.lock.release_grant(&grant).await
+        let r = self.lock.release_grant(self.grant()).await;
+        // Only now: a future dropped before this point leaves the grant to `Drop`, which
+        // releases it in the background (a release run twice is harmless).
+        self.grant = None;
+        r
     }
 }
 
 impl Drop for AsyncEtcdGuard<'_> {
     fn drop(&mut self) {
         if let Some(grant) = self.grant.take() {
-            let lock = self.lock.clone();
-            match tokio::runtime::Handle::try_current() {
-                Ok(h) => {
-                    h.spawn(async move {
-                        let _ = lock.release_grant(&grant).await;
-                    });
-                }
-                // Outside any runtime: the session's own runtime still runs the release.
-                Err(_) => grant.session.clone().spawn_on_runtime(async move {
-                    let _ = lock.release_grant(&grant).await;
-                }),
-            }
+            // In a task of its own on the session's runtime (we may be outside any runtime).
+            self.lock.start_release(&grant);
         }
+    }
+}
+
+/// The wait of `lock_timeout(timeout)`: until now + `timeout`, or no deadline at all if that
+/// instant cannot be represented.
+pub(crate) fn wait_for(timeout: Duration) -> Wait {
+    match Instant::now().checked_add(timeout) {
+        Some(d) => Wait::Until(d),
+        None => Wait::Block,
     }
 }

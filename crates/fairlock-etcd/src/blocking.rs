@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::asynchronous::AsyncEtcdLock;
+use crate::asynchronous::{AsyncEtcdLock, wait_for};
 use crate::error::{Error, Result};
 use crate::options::EtcdOptions;
 use crate::queue::{Grant, Wait};
@@ -130,12 +130,15 @@ impl EtcdLock {
     }
 
     /// As [`lock`](Self::lock), giving up with [`Error::Timeout`] after `timeout` (our place
-    /// in line is given up).
+    /// in line is given up). A zero timeout makes one try: it takes a free lock, as
+    /// `try_lock` does, and says `Timeout` otherwise; a timeout too large to be a deadline
+    /// waits as `lock` does.
     pub fn lock_timeout(&self, timeout: Duration) -> Result<EtcdGuard<'_>> {
-        self.acquire("lock_timeout", Wait::Until(Instant::now() + timeout))
+        self.acquire("lock_timeout", wait_for(timeout))
     }
 
-    /// As [`lock_timeout`](Self::lock_timeout), with a deadline.
+    /// As [`lock_timeout`](Self::lock_timeout), with a deadline (one already past makes one
+    /// try).
     pub fn lock_until(&self, deadline: Instant) -> Result<EtcdGuard<'_>> {
         self.acquire("lock_until", Wait::Until(deadline))
     }
@@ -143,6 +146,18 @@ impl EtcdLock {
     /// Who holds the lock and who waits, as etcd has it now.
     pub fn status(&self) -> Result<Status> {
         self.block_on("status", self.lock.status())
+    }
+
+    /// Revokes our lease now, from any thread: an acquisition waiting in another thread stops
+    /// with [`Error::LockLost`], and our keys go at once instead of blocking the others until
+    /// the lease's TTL has passed (a program that must exit while it waits, on a signal, calls
+    /// this first). A lock still held through the lease is released the way a dead holder's
+    /// is: the next holder sees `owner_died`. Later acquisitions grant a new lease.
+    pub fn close(&self) -> Result<()> {
+        self.block_on("close", async {
+            self.lock.close().await;
+            Ok(())
+        })
     }
 }
 
@@ -208,7 +223,9 @@ impl EtcdGuard<'_> {
     }
 
     /// Releases the lock. [`Error::LockLost`] if it was no longer ours (our lease had ended:
-    /// another client may have held it meanwhile).
+    /// another client may have held it meanwhile); [`Error::Unavailable`] if etcd did not
+    /// confirm the release within two request timeouts (it goes on trying in the background
+    /// while our lease lives).
     pub fn unlock(mut self) -> Result<()> {
         let grant = self
             .grant
@@ -227,10 +244,7 @@ impl Drop for EtcdGuard<'_> {
                     .lock
                     .block_on("drop", self.lock.lock.release_grant(&grant));
             } else {
-                let lock = self.lock.lock.clone();
-                grant.session.clone().spawn_on_runtime(async move {
-                    let _ = lock.release_grant(&grant).await;
-                });
+                self.lock.lock.start_release(&grant);
             }
         }
     }

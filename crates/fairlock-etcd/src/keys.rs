@@ -7,6 +7,11 @@
 //!   line and, once granted, the fencing token. Its value says who it is (`pid=… host=…
 //!   since=…`), for `fairlock status`.
 //! - `fairlock/NAME/held`: no lease; the grant record (see [`Held`]).
+//! - `fairlock/NAME/r/LEASE-SEQ`: the *receipt* of the acquisition whose queue key is
+//!   `q/LEASE-SEQ`, attached to the same lease: `released TOKEN` written by its release,
+//!   `withdrawn` by a withdraw that had to fence off a late join. A release retried after a
+//!   lost answer finds it (and knows it went through); a join attempt applied late finds it
+//!   (and creates nothing). Deleted once no retry or late join can need it, or with the lease.
 
 use crate::error::{Error, Result};
 
@@ -21,6 +26,8 @@ pub(crate) struct Keys {
     pub queue: Vec<u8>,
     /// `fairlock/NAME/held`: the grant record.
     pub held: Vec<u8>,
+    /// `fairlock/NAME/r/`: the receipts' prefix.
+    pub receipts: Vec<u8>,
 }
 
 impl Keys {
@@ -30,12 +37,20 @@ impl Keys {
             name: name.to_owned(),
             queue: format!("fairlock/{name}/q/").into_bytes(),
             held: format!("fairlock/{name}/held").into_bytes(),
+            receipts: format!("fairlock/{name}/r/").into_bytes(),
         })
     }
 
     /// The queue key of the `seq`th acquisition under lease `lease`.
     pub fn entry(&self, lease: i64, seq: u64) -> Vec<u8> {
         let mut k = self.queue.clone();
+        k.extend_from_slice(format!("{lease:016x}-{seq}").as_bytes());
+        k
+    }
+
+    /// The receipt of the `seq`th acquisition under lease `lease`.
+    pub fn receipt(&self, lease: i64, seq: u64) -> Vec<u8> {
+        let mut k = self.receipts.clone();
         k.extend_from_slice(format!("{lease:016x}-{seq}").as_bytes());
         k
     }
@@ -156,6 +171,7 @@ mod tests {
         assert_eq!(k.queue, b"fairlock/jobs/q/");
         assert_eq!(k.held, b"fairlock/jobs/held");
         assert_eq!(k.entry(0x1f, 3), b"fairlock/jobs/q/000000000000001f-3");
+        assert_eq!(k.receipt(0x1f, 3), b"fairlock/jobs/r/000000000000001f-3");
     }
 
     #[test]

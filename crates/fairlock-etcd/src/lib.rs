@@ -20,8 +20,9 @@
 //! attached to the lease; the key's **create revision** is its place in line. It watches
 //! only the key just before its own (no thundering herd) and holds the lock once no earlier
 //! key is left; it then writes the grant record `fairlock/NAME/held`. Unlocking deletes the
-//! key and writes `released` in one transaction; a client that dies never does, its key
-//! vanishes with its lease, and the next holder is told [`owner_died`](EtcdGuard::owner_died).
+//! key and writes `released` in one transaction (and a receipt that lets a retried unlock
+//! prove it went through); a client that dies never does, its key vanishes with its lease, and
+//! the next holder is told [`owner_died`](EtcdGuard::owner_died).
 //!
 //! # What it promises
 //!
@@ -30,11 +31,16 @@
 //! - **Fencing**: [`token`](EtcdGuard::token) is the key's create revision, strictly larger
 //!   for every later grant, a takeover after an expired lease included.
 //! - **A lost lock is reported**: once our lease may have expired (no keep-alive answered
-//!   within the TTL, by `CLOCK_BOOTTIME`, so a suspended machine counts), every call on the
-//!   guard says [`Error::LockLost`] and none pretends otherwise.
-//! - **No step acts on a key that is not ours**: every step of the protocol is a transaction
-//!   comparing our key's create revision (a waiter whose lease died cannot acquire; a retried
-//!   unlock cannot delete a newer holder's key).
+//!   within the TTL less a small margin, by `CLOCK_BOOTTIME`, so a suspended machine counts),
+//!   every call on the guard says [`Error::LockLost`] and none pretends otherwise.
+//! - **No step acts on a key that is not ours**: every step that acts for our key is a
+//!   transaction comparing its create revision (a waiter whose lease died cannot acquire; a
+//!   retried unlock cannot delete a newer holder's key); a withdraw deletes only the key named
+//!   for its own acquisition.
+//! - **Nothing is left behind**: a timed-out, failed or cancelled acquisition (its future
+//!   dropped at any point) and a dropped `unlock()` future withdraw or release in the
+//!   background, for as long as the lease lives; a join applied after its acquisition gave up
+//!   creates nothing.
 //!
 //! And what it does not: a dead holder is noticed only when its lease's TTL has passed (the
 //! local lock notices at once, from the kernel); mutual exclusion in *time* depends on the

@@ -20,6 +20,9 @@ pub struct EtcdOptions {
     pub(crate) request_timeout: Duration,
 }
 
+/// The longest `connect_timeout` and `request_timeout` accepted.
+const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+
 impl Default for EtcdOptions {
     fn default() -> Self {
         EtcdOptions {
@@ -44,13 +47,15 @@ impl EtcdOptions {
         self
     }
 
-    /// The timeout of each TCP connection attempt.
+    /// The timeout of each TCP connection attempt (at most a day).
     pub fn connect_timeout(&mut self, d: Duration) -> &mut Self {
         self.connect_timeout = d;
         self
     }
 
-    /// The timeout of each request to etcd.
+    /// The timeout of each request to etcd (at most a day). One attempt of a request made for
+    /// a lease also waits at most a sixth of its TTL (at least 200 ms), as keep-alives do, so
+    /// that one stuck on a member that hangs is retried while the lease lives.
     pub fn request_timeout(&mut self, d: Duration) -> &mut Self {
         self.request_timeout = d;
         self
@@ -70,11 +75,18 @@ impl EtcdOptions {
         if ttl_s > 9_000_000_000 {
             return bad(format!("lease_ttl {ttl:?}: longer than etcd's maximum"));
         }
-        if self.connect_timeout.is_zero() {
-            return bad("connect_timeout is zero".into());
-        }
-        if self.request_timeout.is_zero() {
-            return bad("request_timeout is zero".into());
+        for (what, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
+        ] {
+            if d.is_zero() {
+                return bad(format!("{what} is zero"));
+            }
+            // Timeouts are added to instants and doubled here and in the client (HTTP/2
+            // keep-alive): refuse values that could overflow, rather than panic later.
+            if d > MAX_TIMEOUT {
+                return bad(format!("{what} {d:?}: more than a day"));
+            }
         }
         Ok(ttl_s)
     }
@@ -120,6 +132,16 @@ mod tests {
             (
                 EtcdOptions::new().connect_timeout(Duration::ZERO).clone(),
                 "connect_timeout",
+            ),
+            (
+                EtcdOptions::new().request_timeout(Duration::MAX).clone(),
+                "more than a day",
+            ),
+            (
+                EtcdOptions::new()
+                    .connect_timeout(Duration::from_secs(86_401))
+                    .clone(),
+                "more than a day",
             ),
         ] {
             match o.validate() {

@@ -2,26 +2,51 @@
 //! each waiter watching only its predecessor, and a grant record that tells the next holder
 //! whether the last one released. See `docs/DESIGN.md`, "The etcd backend".
 //!
-//! Every step is a transaction whose guard compares our own queue key's create revision, so
-//! nothing is done on behalf of a key that is gone (its lease expired: etcd#19597's waiter
-//! that acquires after its lease died cannot happen here), and nothing is ever done to a key
-//! of the same name created later (etcd#22082's retried unlock that deletes a newer holder's
-//! key cannot happen either: keys carry a per-acquisition sequence number *and* every delete
-//! compares the create revision).
+//! Every step that can act for a queue key is a transaction whose guard compares the key's
+//! create revision (or, for the join, that neither the key nor the acquisition's receipt
+//! exists), so nothing is done on behalf of a key that is gone (its lease expired: etcd#19597's
+//! waiter that acquires after its lease died cannot happen here), and nothing is ever done to
+//! a key of the same name created later (etcd#22082's retried unlock that deletes a newer
+//! holder's key cannot happen either: keys carry a per-acquisition sequence number *and* every
+//! release compares the create revision). A withdraw deletes by name: the name is its own
+//! acquisition's alone, so whatever key has it is that acquisition's.
+//!
+//! What must happen even if the caller stops waiting — withdrawing a key, releasing a grant —
+//! runs in a task of its own on the session's runtime, retried for as long as the session
+//! lives: a dropped future, a deadline or a request timeout never leaves a key behind, and a
+//! slow cluster never costs the other users of the session (clones of the lock) their lease.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
+use tokio::sync::oneshot;
 
 use crate::error::{Error, Result, is_unavailable};
 use crate::keys::{Held, Keys};
-use crate::session::{Lost, Session, timed_out};
+use crate::session::{Cause, Lost, Session, timed_out};
+
+/// How long a caller that gives up (deadline, `try_lock`) waits for its withdraw before
+/// returning: long enough for a healthy cluster (a round trip or two), so that the key is
+/// gone when the call returns; short enough to keep the caller's deadline. The withdraw goes
+/// on in its task either way.
+const WITHDRAW_WAIT: Duration = Duration::from_millis(100);
+
+/// A hedged request (see [`race`]) sends another copy this long after the last while none has
+/// answered, with at most [`MAX_COPIES`] pending at once.
+const HEDGE: Duration = Duration::from_millis(200);
+const MAX_COPIES: usize = 4;
+
+/// The most stale receipts one join deletes (etcd refuses transactions of more than 128
+/// operations by default).
+const STALE_PER_JOIN: usize = 32;
 
 /// What every step needs: the client, the lock's keys, the timeouts.
 #[derive(Clone)]
@@ -44,11 +69,49 @@ pub(crate) enum Wait {
     Until(Instant),
 }
 
+/// How one acquisition is bounded, fixed when it starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// The caller's deadline: once passed, `Timeout`.
+    pub deadline: Option<Instant>,
+    /// For a single try: etcd must have answered by then, else `Unavailable` (a `try_lock`
+    /// is one request timeout, not the lifetime of our lease).
+    pub limit: Option<Instant>,
+    /// Whether to wait behind earlier keys (else: give up as soon as one is seen).
+    waits: bool,
+    /// A single try that finds someone ahead says `Timeout` (a deadline already past), not
+    /// `WouldBlock` (`try_lock`).
+    busy_is_timeout: bool,
+}
+
 impl Wait {
-    fn deadline(self) -> Option<Instant> {
+    /// The bounds of an acquisition starting now. A deadline that has already passed
+    /// (`lock_timeout(ZERO)`, `lock_until` in the past) makes one try, as `try_lock` does: the
+    /// local lock documents `lock_timeout(ZERO)` as "takes the lock if granted at once", and
+    /// `fairlock run -w 0` must take a free lock. A deadline still ahead bounds every step.
+    pub fn bounds(self, request_timeout: Duration) -> Bounds {
+        let now = Instant::now();
+        let single = |busy_is_timeout| Bounds {
+            deadline: None,
+            limit: now.checked_add(request_timeout),
+            waits: false,
+            busy_is_timeout,
+        };
         match self {
-            Wait::Until(d) => Some(d),
-            _ => None,
+            Wait::Block => Bounds {
+                deadline: None,
+                limit: None,
+                waits: true,
+                busy_is_timeout: false,
+            },
+            Wait::Try => single(false),
+            Wait::Until(d) if d <= now => single(true),
+            Wait::Until(d) => Bounds {
+                deadline: Some(d),
+                limit: None,
+                waits: true,
+                busy_is_timeout: true,
+            },
         }
     }
 }
@@ -58,14 +121,36 @@ impl Wait {
 pub(crate) struct Grant {
     pub session: Arc<Session>,
     pub key: Vec<u8>,
+    /// The acquisition's receipt (see `keys`).
+    pub receipt: Vec<u8>,
     /// The key's create revision: our place in line, and the fencing token.
     pub token: i64,
     pub owner_died: bool,
     /// The grant record we wrote (`held TOKEN clean|died`), compared at release.
     pub record: String,
+    /// Whether a join attempt of this acquisition went unanswered: it may still be applied
+    /// late, so the receipt that fences it off must stay as long as the lease.
+    pub uncertain: bool,
     /// Set when etcd showed our key gone while the session lived (someone deleted it).
     /// Relaxed: a flag read on its own.
     pub gone: AtomicBool,
+}
+
+/// An acquisition that failed.
+pub(crate) struct Failed {
+    pub error: Error,
+    /// etcd said our lease does not exist when we tried to join (revoked or expired on the
+    /// server before our keep-alive noticed): nothing was created, and a new lease may do.
+    pub stale_lease: bool,
+}
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Failed {
+        Failed {
+            error,
+            stale_lease: false,
+        }
+    }
 }
 
 /// Why a retried request stopped.
@@ -76,7 +161,7 @@ enum Stop {
     Deadline,
     /// etcd refused the request for a reason retrying will not change.
     Refused(etcd_client::Error),
-    /// No answer before `limit` (the retry budget of a step that has no session to watch).
+    /// No answer before `limit` (a single try's budget, or a step without a session).
     Unreachable(etcd_client::Error),
 }
 
@@ -86,14 +171,86 @@ fn lease_not_found(e: &etcd_client::Error) -> bool {
         if s.code() == tonic::Code::NotFound && s.message().contains("lease not found"))
 }
 
+/// One attempt of a request, within `window`: `f` once, or — `hedged` — another copy of it
+/// every [`HEDGE`] while none has answered, the earlier ones still pending (at most
+/// [`MAX_COPIES`]); the first answer wins. etcd-client's balancer sends each request to a
+/// member picked at random (it sees every endpoint's load as 0), and a member that hangs keeps
+/// its connection open and looks ready until HTTP/2 keep-alive gives it up seconds later:
+/// copies sent one after the other each had a fair chance of going to it again, a whole
+/// attempt budget apiece, which is what made hand-offs through a client connected to a hung
+/// member take seconds. Only idempotent requests are hedged: reads, and writes whose guard
+/// fails once they have been applied (a late copy does nothing).
+async fn race<T, Fut>(
+    f: &mut impl FnMut() -> Fut,
+    window: Duration,
+    hedged: bool,
+) -> std::result::Result<T, etcd_client::Error>
+where
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let start = tokio::time::Instant::now();
+    let close = tokio::time::sleep_until(start + window);
+    let tick = tokio::time::sleep_until(start);
+    tokio::pin!(close, tick);
+    let mut copies: Vec<Pin<Box<Fut>>> = Vec::new();
+    let mut sent = 0usize;
+    let mut last = None;
+    enum Event<T> {
+        Done(std::result::Result<T, etcd_client::Error>),
+        Tick,
+        Closed,
+    }
+    loop {
+        let event = std::future::poll_fn(|cx| {
+            for i in 0..copies.len() {
+                if let Poll::Ready(r) = copies[i].as_mut().poll(cx) {
+                    drop(copies.swap_remove(i));
+                    return Poll::Ready(Event::Done(r));
+                }
+            }
+            if close.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Closed);
+            }
+            if tick.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Tick);
+            }
+            Poll::Pending
+        })
+        .await;
+        match event {
+            Event::Done(Ok(v)) => return Ok(v),
+            // A transient failure with no other copy pending (a refused connection, no
+            // leader) goes back to the caller, whose backoff (from 20 ms) beats the tick.
+            Event::Done(Err(e)) if !hedged || !is_unavailable(&e) || copies.is_empty() => {
+                return Err(e);
+            }
+            // Others are pending: one of them may still answer.
+            Event::Done(Err(e)) => last = Some(e),
+            Event::Tick => {
+                if copies.len() < MAX_COPIES && (hedged || sent == 0) {
+                    copies.push(Box::pin(f()));
+                    sent += 1;
+                }
+                // Unhedged: one copy, after which only its answer or `close` ends the attempt.
+                let next = if hedged { HEDGE } else { window };
+                tick.as_mut().reset(tokio::time::Instant::now() + next);
+            }
+            Event::Closed => return Err(last.unwrap_or_else(|| timed_out(window))),
+        }
+    }
+}
+
 /// Runs `f` until it answers, retrying on transient errors with a short backoff, while the
 /// session (if given) lives, the caller's deadline (if any) has not passed and, if `limit`
-/// is given, until then.
+/// is given, until then. Each attempt (see [`race`]) waits at most the session's attempt
+/// budget (a sixth of the TTL, the request timeout, what is left of the lease), or the
+/// request timeout without a session, and never past the deadline or the limit.
 async fn retrying<T, Fut>(
     ctx: &Ctx,
     session: Option<&Session>,
     deadline: Option<Instant>,
     limit: Option<Instant>,
+    hedged: bool,
     mut f: impl FnMut() -> Fut,
 ) -> std::result::Result<T, Stop>
 where
@@ -108,22 +265,24 @@ where
         if deadline.is_some_and(|d| now >= d) {
             return Err(Stop::Deadline);
         }
-        let mut budget = ctx.request_timeout;
+        let mut budget = match session {
+            Some(s) => s.attempt_budget(ctx.request_timeout),
+            None => ctx.request_timeout,
+        };
         for end in [deadline, limit].into_iter().flatten() {
             budget = budget.min(end.saturating_duration_since(now));
         }
-        let err = match tokio::time::timeout(budget, f()).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) if lease_not_found(&e) => {
+        let err = match race(&mut f, budget, hedged).await {
+            Ok(v) => return Ok(v),
+            Err(e) if lease_not_found(&e) => {
                 if let Some(s) = session {
                     s.gone(&e);
                     continue;
                 }
                 return Err(Stop::Refused(e));
             }
-            Ok(Err(e)) if !is_unavailable(&e) => return Err(Stop::Refused(e)),
-            Ok(Err(e)) => e,
-            Err(_) => timed_out(budget),
+            Err(e) if !is_unavailable(&e) => return Err(Stop::Refused(e)),
+            Err(e) => e,
         };
         if limit.is_some_and(|l| Instant::now() >= l) {
             return Err(Stop::Unreachable(err));
@@ -137,9 +296,49 @@ where
     }
 }
 
+/// Why [`persist`] gave up.
+enum GaveUp {
+    /// etcd refused the request for a reason retrying will not change.
+    Refused(etcd_client::Error),
+    /// The session ended, and a request timeout more went by without an answer: the lease
+    /// expires (or has) and takes our keys with it.
+    SessionOver(etcd_client::Error),
+}
+
+/// Runs `f` until etcd answers, retrying transient failures for as long as the session lives,
+/// and a request timeout more once it is lost (our local deadline comes before the server's;
+/// a key deleted now is a key the others need not wait out). For the steps that must happen
+/// whoever still waits for them: withdraws and releases, in tasks of their own.
+async fn persist<T, Fut>(
+    ctx: &Ctx,
+    session: &Session,
+    mut f: impl FnMut() -> Fut,
+) -> std::result::Result<T, GaveUp>
+where
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut backoff = Duration::from_millis(20);
+    let mut lost_at: Option<Instant> = None;
+    loop {
+        let budget = session.attempt_cap(ctx.request_timeout);
+        let err = match race(&mut f, budget, true).await {
+            Ok(v) => return Ok(v),
+            Err(e) if !is_unavailable(&e) => return Err(GaveUp::Refused(e)),
+            Err(e) => e,
+        };
+        if session.lost().is_some()
+            && lost_at.get_or_insert_with(Instant::now).elapsed() >= ctx.request_timeout
+        {
+            return Err(GaveUp::SessionOver(err));
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
 impl Ctx {
     fn lost_error(&self, l: Lost, doing: &str) -> Error {
-        if l.unreachable {
+        if l.cause == Cause::Unreachable {
             Error::Unavailable {
                 endpoints: self.endpoints.clone(),
                 op: "keeping our lease alive",
@@ -164,19 +363,27 @@ impl Ctx {
     fn stop_error(&self, stop: Stop, op: &'static str, doing: &str) -> Error {
         match stop {
             Stop::Lost(l) => self.lost_error(l, doing),
-            Stop::Deadline => Error::Timeout {
-                name: self.keys.name.clone(),
-            },
+            Stop::Deadline => self.timeout(),
             Stop::Refused(source) => Error::Etcd {
                 name: self.keys.name.clone(),
                 op,
                 source,
             },
-            Stop::Unreachable(source) => Error::Unavailable {
-                endpoints: self.endpoints.clone(),
-                op,
-                source,
-            },
+            Stop::Unreachable(source) => self.unavailable(op, source),
+        }
+    }
+
+    fn timeout(&self) -> Error {
+        Error::Timeout {
+            name: self.keys.name.clone(),
+        }
+    }
+
+    fn unavailable(&self, op: &'static str, source: etcd_client::Error) -> Error {
+        Error::Unavailable {
+            endpoints: self.endpoints.clone(),
+            op,
+            source,
         }
     }
 
@@ -200,6 +407,14 @@ fn mine(key: &[u8], token: i64) -> Compare {
     Compare::create_revision(key.to_vec(), CompareOp::Equal, token)
 }
 
+fn absent(key: &[u8]) -> Compare {
+    Compare::create_revision(key.to_vec(), CompareOp::Equal, 0)
+}
+
+fn leased(session: &Session) -> Option<PutOptions> {
+    Some(PutOptions::new().with_lease(session.id()))
+}
+
 fn gets(resp: &TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
     resp.op_responses()
         .into_iter()
@@ -210,83 +425,191 @@ fn gets(resp: &TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
         .collect()
 }
 
-/// Joins the queue: creates our key under our lease (idempotently: a retry after a lost
-/// answer finds the key it created) and returns its create revision.
+/// What a join found.
+struct Joined {
+    token: i64,
+    /// Every attempt answered (only one was made, or the others were answered too): no copy
+    /// of the join can be applied later.
+    certain: bool,
+}
+
+/// Joins the queue: creates our key under our lease unless it exists (a retry after a lost
+/// answer finds the key it created) or our receipt does (the acquisition is over: this is a
+/// late copy of the join, and creates nothing); returns the key's create revision. Also
+/// deletes receipts that nothing can need any more, at no extra request.
 async fn enqueue(
     ctx: &Ctx,
     session: &Session,
     key: &[u8],
+    receipt: &[u8],
     value: &str,
-    deadline: Option<Instant>,
-) -> Result<i64> {
-    let resp = retrying(ctx, Some(session), deadline, None, || {
-        ctx.txn(
-            Txn::new()
-                .when([Compare::create_revision(key.to_vec(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    key.to_vec(),
-                    value,
-                    Some(PutOptions::new().with_lease(session.id())),
-                )])
-                .or_else([TxnOp::get(key.to_vec(), None)]),
-        )
-    })
-    .await
-    .map_err(|s| ctx.stop_error(s, "joining the queue", "while joining the queue"))?;
-    if resp.succeeded() {
-        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-        return Ok(rev);
-    }
-    match gets(&resp).first().and_then(|kvs| kvs.first()) {
-        Some(kv) => Ok(kv.create_revision()),
-        None => Err(ctx.gone("while joining the queue", key, 0)),
-    }
-}
-
-/// Leaves the queue without having been granted: deletes our key if it is still ours. If
-/// that cannot be done, the session is abandoned so that the lease (and the key) expires.
-async fn withdraw(ctx: &Ctx, session: &Session, key: &[u8], token: i64) {
-    let limit = Instant::now() + ctx.request_timeout;
-    let r = retrying(ctx, None, None, Some(limit), || {
-        ctx.txn(
-            Txn::new()
-                .when([mine(key, token)])
-                .and_then([TxnOp::delete(key.to_vec(), None)]),
-        )
+    b: Bounds,
+) -> std::result::Result<Joined, (Stop, bool)> {
+    let stale = session.take_stale(STALE_PER_JOIN);
+    // Attempts sent, and attempts whose fate we know (an answer, or a definite refusal). A
+    // timeout or a transport error leaves the fate unknown: the request may still be applied.
+    // Relaxed: counters read after the attempts are over.
+    let (sent, known) = (AtomicU32::new(0), AtomicU32::new(0));
+    // Not hedged: a join attempt left pending when another answers is one whose fate we do
+    // not know, and each such acquisition keeps its receipt for as long as the lease.
+    let r = retrying(ctx, Some(session), b.deadline, b.limit, false, || {
+        sent.fetch_add(1, Ordering::Relaxed);
+        let mut then = vec![TxnOp::put(key.to_vec(), value, leased(session))];
+        let mut otherwise = vec![TxnOp::get(key.to_vec(), None)];
+        for r in &stale {
+            then.push(TxnOp::delete(r.clone(), None));
+            otherwise.push(TxnOp::delete(r.clone(), None));
+        }
+        let txn = Txn::new()
+            .when([absent(key), absent(receipt)])
+            .and_then(then)
+            .or_else(otherwise);
+        let known = &known;
+        async move {
+            let r = ctx.txn(txn).await;
+            if !matches!(&r, Err(e) if is_unavailable(e)) {
+                known.fetch_add(1, Ordering::Relaxed);
+            }
+            r
+        }
     })
     .await;
-    if r.is_err() {
-        session.abandon("a queue key could not be withdrawn; the lease must expire".into());
+    let certain = sent.load(Ordering::Relaxed) == known.load(Ordering::Relaxed);
+    let resp = match r {
+        Ok(resp) => resp,
+        Err(stop) => {
+            session.unstale(stale);
+            return Err((stop, certain));
+        }
+    };
+    if resp.succeeded() {
+        let token = resp.header().map(|h| h.revision()).unwrap_or(0);
+        return Ok(Joined { token, certain });
+    }
+    match gets(&resp).first().and_then(|kvs| kvs.first()) {
+        Some(kv) => Ok(Joined {
+            token: kv.create_revision(),
+            certain,
+        }),
+        // Neither created nor there: deleted between two of our attempts (by hand).
+        None => Err((
+            Stop::Lost(Lost {
+                why: format!(
+                    "our queue key {} was deleted as we joined",
+                    String::from_utf8_lossy(key)
+                ),
+                cause: Cause::GivenUp,
+            }),
+            certain,
+        )),
     }
 }
 
-/// Deletes our key when an acquisition is abandoned part-way (its future dropped, or an
-/// error after the key was created).
-struct WithdrawOnDrop<'a> {
-    ctx: &'a Ctx,
-    session: &'a Arc<Session>,
-    key: &'a [u8],
-    token: i64,
+/// A withdraw to make: see [`withdraw`].
+struct Withdrawal {
+    key: Vec<u8>,
+    receipt: Vec<u8>,
+    /// `(held TOKEN clean, released TOKEN)`: if the grant record is the first (ours, written
+    /// though the caller never got the guard), it becomes the second.
+    release: Option<(String, String)>,
+    /// Write the receipt: a join attempt may still be applied late.
+    fence: bool,
+}
+
+/// Leaves the queue without handing a grant to the caller, in one transaction: deletes our key
+/// by name (whatever key has this name is ours, a late copy of our join included); writes our
+/// receipt (`withdrawn`, under our lease) if a join attempt of ours may still be applied, whose
+/// guard then fails; and turns our own `held TOKEN clean` grant record into `released TOKEN`,
+/// as a release would, so that the next holder is not told a holder died (none did, and the
+/// acquisition never did anything under the lock). A `held TOKEN died` record stays: the
+/// next holder must still be told what the one before us left half-done.
+///
+/// Retried for as long as the session lives (see [`persist`]). Only if etcd refuses it for
+/// good is the session given up, so that the lease expires and takes the key with it.
+async fn withdraw(ctx: Ctx, session: Arc<Session>, w: Withdrawal) {
+    let mut fence = w.fence;
+    loop {
+        let r = persist(&ctx, &session, || {
+            let mut ops = vec![TxnOp::delete(w.key.clone(), None)];
+            if fence {
+                ops.push(TxnOp::put(w.receipt.clone(), "withdrawn", leased(&session)));
+            }
+            if let Some((record, released)) = &w.release {
+                ops.push(TxnOp::txn(
+                    Txn::new()
+                        .when([Compare::value(
+                            ctx.keys.held.clone(),
+                            CompareOp::Equal,
+                            record.as_str(),
+                        )])
+                        .and_then([TxnOp::put(ctx.keys.held.clone(), released.as_str(), None)]),
+                ));
+            }
+            ctx.txn(Txn::new().and_then(ops))
+        })
+        .await;
+        match r {
+            Ok(_) | Err(GaveUp::SessionOver(_)) => return,
+            // Our lease is gone, our key with it, and no join can be applied under it: what
+            // is left to do is the grant record.
+            Err(GaveUp::Refused(e)) if fence && lease_not_found(&e) => fence = false,
+            Err(GaveUp::Refused(e)) => {
+                session.abandon(format!(
+                    "etcd refused to delete our queue key {} ({e}); the lease must expire",
+                    String::from_utf8_lossy(&w.key)
+                ));
+                return;
+            }
+        }
+    }
+}
+
+/// Undoes an acquisition that stops before handing its grant to the caller: an error, a
+/// deadline, `try_lock` finding someone ahead, or its future dropped at any point — armed
+/// before the first join attempt is sent, since that attempt may be applied even if we never
+/// see its answer.
+struct Undo {
+    ctx: Ctx,
+    session: Arc<Session>,
+    key: Vec<u8>,
+    receipt: Vec<u8>,
+    /// Our grant record, if it says `clean` (set before it is written: the write may be
+    /// applied though its answer never comes).
+    clean_record: Option<(String, String)>,
+    /// A join attempt may still be applied late (until the join says otherwise).
+    uncertain: bool,
     armed: bool,
 }
 
-impl Drop for WithdrawOnDrop<'_> {
+impl Undo {
+    /// Starts the withdraw, once, in a task of its own: no caller can cancel it.
+    fn start(&mut self) -> Option<tokio::task::JoinHandle<()>> {
+        if !std::mem::replace(&mut self.armed, false) {
+            return None;
+        }
+        let w = Withdrawal {
+            key: self.key.clone(),
+            receipt: self.receipt.clone(),
+            release: self.clean_record.clone(),
+            fence: self.uncertain,
+        };
+        Some(
+            self.session
+                .spawn_on_runtime(withdraw(self.ctx.clone(), self.session.clone(), w)),
+        )
+    }
+
+    /// Starts the withdraw and waits for it a moment ([`WITHDRAW_WAIT`]).
+    async fn finish(&mut self) {
+        if let Some(h) = self.start() {
+            let _ = tokio::time::timeout(WITHDRAW_WAIT, h).await;
+        }
+    }
+}
+
+impl Drop for Undo {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (ctx, session, key, token) = (
-            self.ctx.clone(),
-            self.session.clone(),
-            self.key.to_vec(),
-            self.token,
-        );
-        // In the session's runtime: this drop may run in a future being cancelled.
-        if let Ok(h) = tokio::runtime::Handle::try_current() {
-            h.spawn(async move { withdraw(&ctx, &session, &key, token).await });
-        } else {
-            session.abandon("an acquisition was abandoned outside its runtime".into());
-        }
+        self.start();
     }
 }
 
@@ -325,29 +648,58 @@ async fn deleted(ctx: &Ctx, pred: &[u8], from: i64) -> std::result::Result<(), e
     }
 }
 
+/// How a wait for the predecessor ended.
+enum Woken {
+    /// Deleted, or the watch was cancelled, or it is time to look again anyway.
+    Look,
+    /// The watch failed transiently (and we napped): look again, backing off.
+    Failed,
+}
+
 /// Acquires the lock: joins the queue, waits for every earlier key to go, then writes the
 /// grant record.
 pub(crate) async fn acquire(
     ctx: &Ctx,
     session: Arc<Session>,
     key: Vec<u8>,
+    receipt: Vec<u8>,
     value: String,
-    wait: Wait,
-) -> Result<Grant> {
-    let deadline = wait.deadline();
-    let token = enqueue(ctx, &session, &key, &value, deadline).await?;
-    let mut undo = WithdrawOnDrop {
-        ctx,
-        session: &session,
-        key: &key,
-        token,
+    b: Bounds,
+) -> std::result::Result<Grant, Failed> {
+    let mut undo = Undo {
+        ctx: ctx.clone(),
+        session: session.clone(),
+        key: key.clone(),
+        receipt: receipt.clone(),
+        clean_record: None,
+        uncertain: true,
         armed: true,
+    };
+    let token = match enqueue(ctx, &session, &key, &receipt, &value, b).await {
+        Ok(j) => {
+            undo.uncertain = !j.certain;
+            j.token
+        }
+        Err((stop, certain)) => {
+            let stale_lease = matches!(&stop, Stop::Lost(l) if l.cause == Cause::Gone);
+            if certain || stale_lease {
+                // Every attempt was answered and none created the key (or none was sent); or
+                // etcd does not have our lease, under which nothing can exist nor be created.
+                undo.armed = false;
+            } else {
+                undo.finish().await;
+            }
+            return Err(Failed {
+                error: ctx.stop_error(stop, "joining the queue", "while joining the queue"),
+                stale_lease,
+            });
+        }
     };
     let mut backoff = Duration::from_millis(20);
     let held = loop {
         // One snapshot: is our key still ours, who is just ahead of us, what does the
         // grant record say.
-        let resp = retrying(ctx, Some(&session), deadline, None, || {
+        let resp = retrying(ctx, Some(&session), b.deadline, b.limit, true, || {
             ctx.txn(
                 Txn::new().when([mine(&key, token)]).and_then([
                     TxnOp::get(
@@ -368,16 +720,18 @@ pub(crate) async fn acquire(
         .await;
         let resp = match resp {
             Ok(r) => r,
-            Err(Stop::Deadline) => {
-                undo.armed = false;
-                withdraw(ctx, &session, &key, token).await;
-                return Err(ctx.stop_error(Stop::Deadline, "", ""));
+            Err(s @ (Stop::Deadline | Stop::Unreachable(_))) => {
+                undo.finish().await;
+                return Err(ctx.stop_error(s, "looking at the queue", "").into());
             }
-            Err(s) => return Err(ctx.stop_error(s, "looking at the queue", "while waiting")),
+            Err(s) => {
+                return Err(ctx
+                    .stop_error(s, "looking at the queue", "while waiting")
+                    .into());
+            }
         };
         if !resp.succeeded() {
-            undo.armed = false;
-            return Err(ctx.gone("while waiting", &key, token));
+            return Err(ctx.gone("while waiting", &key, token).into());
         }
         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
         let got = gets(&resp);
@@ -390,36 +744,56 @@ pub(crate) async fn acquire(
             None => None,
         };
         let Some(pred) = pred else { break held };
-        if let Wait::Try = wait {
-            undo.armed = false;
-            withdraw(ctx, &session, &key, token).await;
-            return Err(Error::WouldBlock {
-                name: ctx.keys.name.clone(),
-            });
+        if !b.waits {
+            undo.finish().await;
+            return Err(if b.busy_is_timeout {
+                ctx.timeout()
+            } else {
+                Error::WouldBlock {
+                    name: ctx.keys.name.clone(),
+                }
+            }
+            .into());
         }
         let until = async {
-            match deadline {
+            match b.deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            r = deleted(ctx, &pred, rev + 1) => match r {
-                Ok(()) => backoff = Duration::from_millis(20),
+        // The watch's own errors nap here, inside the race with the deadline and the lease.
+        let nap = backoff;
+        let watch = async {
+            match deleted(ctx, &pred, rev + 1).await {
+                Ok(()) => Ok(Woken::Look),
                 Err(e) if is_unavailable(&e) => {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    tokio::time::sleep(nap).await;
+                    Ok(Woken::Failed)
                 }
-                Err(e) => return Err(ctx.stop_error(Stop::Refused(e), "watching our predecessor", "")),
+                Err(e) => Err(e),
+            }
+        };
+        tokio::select! {
+            r = watch => match r {
+                Ok(Woken::Look) => backoff = Duration::from_millis(20),
+                Ok(Woken::Failed) => backoff = (backoff * 2).min(Duration::from_millis(500)),
+                Err(e) => {
+                    return Err(ctx
+                        .stop_error(Stop::Refused(e), "watching our predecessor", "")
+                        .into());
+                }
             },
             l = session.until_lost() => {
-                return Err(ctx.lost_error(l, "our own lease ended while we waited"));
+                return Err(ctx.lost_error(l, "our own lease ended while we waited").into());
             }
             () = until => {
-                undo.armed = false;
-                withdraw(ctx, &session, &key, token).await;
-                return Err(Error::Timeout { name: ctx.keys.name.clone() });
+                undo.finish().await;
+                return Err(ctx.timeout().into());
             }
+            // A watch that sits on a member that hangs says nothing until HTTP/2 keep-alive
+            // gives the connection up (seconds), or ever if the member answers pings: look
+            // again every third of the TTL whatever the watch says.
+            () = tokio::time::sleep(session.relook_period()) => {}
         }
     };
     // Nobody is ahead of us, and nobody can get ahead (new keys have larger revisions).
@@ -427,85 +801,148 @@ pub(crate) async fn acquire(
     // record and the same verdict.
     let owner_died = held.is_some_and(|h| h.verdict_for(token));
     let record = Held::Held { token, owner_died }.encode();
-    let resp = retrying(ctx, Some(&session), None, None, || {
+    if !owner_died {
+        undo.clean_record = Some((record.clone(), Held::Released { token }.encode()));
+    }
+    let resp = retrying(ctx, Some(&session), b.deadline, b.limit, true, || {
         ctx.txn(Txn::new().when([mine(&key, token)]).and_then([TxnOp::put(
             ctx.keys.held.clone(),
             record.as_str(),
             None,
         )]))
     })
-    .await
-    .map_err(|s| ctx.stop_error(s, "writing the grant record", "while being granted"))?;
+    .await;
+    let resp = match resp {
+        Ok(r) => r,
+        Err(s @ (Stop::Deadline | Stop::Unreachable(_))) => {
+            undo.finish().await;
+            return Err(ctx.stop_error(s, "writing the grant record", "").into());
+        }
+        Err(s) => {
+            return Err(ctx
+                .stop_error(s, "writing the grant record", "while being granted")
+                .into());
+        }
+    };
     if !resp.succeeded() {
-        undo.armed = false;
-        return Err(ctx.gone("while being granted", &key, token));
+        return Err(ctx.gone("while being granted", &key, token).into());
+    }
+    // The answer may have come after our lease's local deadline: a guard must never be
+    // handed out already lost. (The undo releases the record and the key.)
+    if let Some(l) = session.lost() {
+        return Err(ctx.lost_error(l, "while being granted").into());
     }
     undo.armed = false;
-    drop(undo);
     Ok(Grant {
         session,
         key,
+        receipt,
         token,
         owner_died,
         record,
+        uncertain: undo.uncertain,
         gone: AtomicBool::new(false),
     })
 }
 
-/// Releases a grant: deletes our key and records the release, in one transaction that
-/// checks the key and the record are still ours. A release retried after a lost answer
-/// finds its own `released` record and succeeds.
+/// Releases a grant, waiting for at most two request timeouts: `Unavailable` after that,
+/// while the release goes on in its task for as long as our session lives (a release that
+/// etcd never applies leaves our key to expire with the lease). See [`start_release`].
 pub(crate) async fn release(ctx: &Ctx, grant: &Grant) -> Result<()> {
     let lost = grant.session.lost();
-    let released = Held::Released { token: grant.token }.encode();
-    let limit = Instant::now() + ctx.request_timeout * 2;
-    let r = retrying(ctx, None, None, Some(limit), || {
-        ctx.txn(
-            Txn::new()
-                .when([
-                    mine(&grant.key, grant.token),
-                    Compare::value(
-                        ctx.keys.held.clone(),
-                        CompareOp::Equal,
-                        grant.record.as_str(),
-                    ),
-                ])
-                .and_then([
-                    TxnOp::delete(grant.key.clone(), None),
-                    TxnOp::put(ctx.keys.held.clone(), released.as_str(), None),
-                ])
-                .or_else([TxnOp::get(ctx.keys.held.clone(), None)]),
-        )
-    })
-    .await;
+    let done = start_release(ctx, grant);
+    let limit = ctx.request_timeout.saturating_mul(2);
+    let outcome = tokio::time::timeout(limit, done).await;
     if let Some(l) = lost {
         // Whatever the transaction did, the lease was past its deadline here before the
         // release: the lock may have been someone else's, and we said so (or will).
         return Err(ctx.lost_holder(l, "before unlock"));
     }
-    let resp = match r {
-        Ok(r) => r,
-        Err(s) => {
-            // The key may still be there, kept alive by our session: give the session up so
-            // that it expires within the TTL.
-            grant
-                .session
-                .abandon("the release could not be written; the lease must expire".into());
-            return Err(ctx.stop_error(s, "releasing", "while releasing"));
+    match outcome {
+        Ok(Ok(r)) => r,
+        Err(_) => Err(ctx.unavailable("releasing", timed_out(limit))),
+        // The task was dropped unfinished: the runtime is shutting down.
+        Ok(Err(_)) => Err(ctx.unavailable(
+            "releasing",
+            etcd_client::Error::InvalidArgs("the client's runtime is shutting down".into()),
+        )),
+    }
+}
+
+/// Starts releasing a grant in a task of its own (no caller can cancel it), and returns its
+/// outcome's channel. One transaction: if our key and the grant record are still ours,
+/// delete the key and write `released TOKEN` both as the grant record and as our receipt;
+/// otherwise read the record and the receipt, and delete our key if it is still there (a
+/// record that is not ours, garbage included, must not leave our key in everyone's way).
+///
+/// A retry after a lost answer finds our receipt saying `released TOKEN`: the release went
+/// through, whoever holds the lock now (the next holder's record has replaced ours by then).
+/// Once the outcome is known the receipt is no longer needed, unless a join attempt of ours
+/// may still be applied late (it fences that off): it is deleted with the next join.
+pub(crate) fn start_release(ctx: &Ctx, grant: &Grant) -> oneshot::Receiver<Result<()>> {
+    let (tx, rx) = oneshot::channel();
+    let (ctx, session) = (ctx.clone(), grant.session.clone());
+    let (key, receipt, token) = (grant.key.clone(), grant.receipt.clone(), grant.token);
+    let (record, uncertain) = (grant.record.clone(), grant.uncertain);
+    grant.session.clone().spawn_on_runtime(async move {
+        let released = Held::Released { token }.encode();
+        let r = persist(&ctx, &session, || {
+            ctx.txn(
+                Txn::new()
+                    .when([
+                        mine(&key, token),
+                        Compare::value(ctx.keys.held.clone(), CompareOp::Equal, record.as_str()),
+                    ])
+                    .and_then([
+                        TxnOp::delete(key.clone(), None),
+                        TxnOp::put(ctx.keys.held.clone(), released.as_str(), None),
+                        TxnOp::put(receipt.clone(), released.as_str(), leased(&session)),
+                    ])
+                    .or_else([
+                        TxnOp::get(ctx.keys.held.clone(), None),
+                        TxnOp::get(receipt.clone(), None),
+                        // Our key there means our lease is there too, for the receipt.
+                        TxnOp::txn(Txn::new().when([mine(&key, token)]).and_then([
+                            TxnOp::delete(key.clone(), None),
+                            TxnOp::put(receipt.clone(), "withdrawn", leased(&session)),
+                        ])),
+                    ]),
+            )
+        })
+        .await;
+        let outcome = match r {
+            Ok(resp) if resp.succeeded() => Ok(()),
+            Ok(resp) => {
+                let got = gets(&resp);
+                let first = |i: usize| got.get(i).and_then(|kvs| kvs.first());
+                if first(1).is_some_and(|kv| kv.value() == released.as_bytes()) {
+                    Ok(())
+                } else if let Some(Err(e)) =
+                    first(0).map(|kv| Held::decode(&ctx.keys.name, kv.value()))
+                {
+                    Err(e)
+                } else {
+                    Err(ctx.gone("at unlock", &key, token))
+                }
+            }
+            Err(GaveUp::Refused(e)) => {
+                session.abandon(format!(
+                    "etcd refused our release ({e}); the lease must expire"
+                ));
+                Err(Error::Etcd {
+                    name: ctx.keys.name.clone(),
+                    op: "releasing",
+                    source: e,
+                })
+            }
+            Err(GaveUp::SessionOver(e)) => Err(ctx.unavailable("releasing", e)),
+        };
+        if !uncertain {
+            session.stale(receipt);
         }
-    };
-    if resp.succeeded() {
-        return Ok(());
-    }
-    let held = gets(&resp)
-        .first()
-        .and_then(|kvs| kvs.first())
-        .map(|kv| Held::decode(&ctx.keys.name, kv.value()))
-        .transpose()?;
-    if held == Some(Held::Released { token: grant.token }) {
-        return Ok(());
-    }
-    Err(ctx.gone("at unlock", &grant.key, grant.token))
+        let _ = tx.send(outcome);
+    });
+    rx
 }
 
 /// The local check: is the grant still ours, as far as we know without asking etcd.
@@ -526,7 +963,7 @@ pub(crate) async fn confirm(ctx: &Ctx, grant: &Grant) -> Result<()> {
         .renew_now()
         .await
         .map_err(|l| ctx.lost_holder(l, "at extend"))?;
-    let resp = retrying(ctx, Some(&grant.session), None, None, || {
+    let resp = retrying(ctx, Some(&grant.session), None, None, true, || {
         ctx.txn(Txn::new().when([mine(&grant.key, grant.token)]))
     })
     .await

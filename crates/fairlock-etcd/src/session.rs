@@ -3,13 +3,15 @@
 //!
 //! The lease's deadline is kept on `CLOCK_BOOTTIME` (which goes on counting while the machine
 //! is suspended, as the server's clock does): it is the time a keep-alive that etcd answered
-//! was *sent*, plus the TTL the lease was granted with. etcd starts the new TTL when it
-//! receives the request, later than we sent it, so the local deadline is never after the
-//! server's. Past it the session is lost for good — no later answer revives it — so a guard
-//! that once said `LockLost` never says otherwise.
+//! was *sent*, plus the TTL the lease was granted with, minus a margin for clocks that run at
+//! slightly different rates ([`margin`]). etcd starts the new TTL when it receives the
+//! request, later than we sent it, so the local deadline comes before the server's by at least
+//! the margin, as long as our clock runs no more than 0.5 % slower than the leader's. Past it
+//! the session is lost for good — no later answer revives it — so a guard that once said
+//! `LockLost` never says otherwise.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::Client;
@@ -24,9 +26,26 @@ use crate::error::is_unavailable;
 pub(crate) struct Lost {
     /// What we know.
     pub why: String,
-    /// Whether it ended because etcd could not be reached in time (rather than because etcd
-    /// said the lease is gone, or we gave it up).
-    pub unreachable: bool,
+    pub cause: Cause,
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// No keep-alive was answered before the local deadline (etcd unreachable, or this
+    /// process stopped or suspended).
+    Unreachable,
+    /// etcd said the lease does not exist (expired on the server, or revoked).
+    Gone,
+    /// We gave it up (the lock was closed, or etcd refused to let us delete a key of ours).
+    GivenUp,
+}
+
+/// The part of the TTL the local deadline keeps in hand for clock-rate differences between
+/// us and the leader: 0.5 % of the TTL (drift between unsynchronised quartz clocks is a few
+/// hundred ppm at most), and at least 20 ms (scheduling noise on short TTLs).
+pub(crate) fn margin(ttl_ns: u64) -> u64 {
+    (ttl_ns / 200).max(20_000_000)
 }
 
 /// What the keep-alive task and the lock's callers share.
@@ -40,6 +59,9 @@ struct Shared {
     deadline: AtomicU64,
     /// `Some` once lost; set once (the first reason wins).
     lost: watch::Sender<Option<Lost>>,
+    /// Why the last keep-alive attempt failed, if the last one did: said when the deadline
+    /// passes (the first reason then), so that `LockLost` tells why renewals failed.
+    last_failure: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -59,12 +81,16 @@ impl Shared {
             return Some(l);
         }
         if clock::boottime_ns() >= self.deadline.load(Ordering::Relaxed) {
+            let last = match self.last_failure.lock().unwrap().as_deref() {
+                Some(e) => format!(" (last attempt: {e})"),
+                None => String::new(),
+            };
             self.mark_lost(Lost {
                 why: format!(
-                    "no keep-alive of our lease was answered within its TTL of {} s",
+                    "no keep-alive of our lease was answered within its TTL of {} s{last}",
                     self.ttl_s
                 ),
-                unreachable: true,
+                cause: Cause::Unreachable,
             });
             return self.lost.borrow().clone();
         }
@@ -75,8 +101,15 @@ impl Shared {
         let ttl_ns = u64::try_from(self.ttl_s)
             .unwrap_or(0)
             .saturating_mul(1_000_000_000);
-        self.deadline
-            .fetch_max(sent_ns.saturating_add(ttl_ns), Ordering::Relaxed);
+        *self.last_failure.lock().unwrap() = None;
+        self.deadline.fetch_max(
+            sent_ns.saturating_add(ttl_ns.saturating_sub(margin(ttl_ns))),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn failed(&self, why: String) {
+        *self.last_failure.lock().unwrap() = Some(why);
     }
 
     /// Time left before the deadline.
@@ -94,73 +127,105 @@ enum Renewal {
     Renewed,
     /// etcd answered that the lease does not exist (expired or revoked).
     Gone(String),
-    /// No answer, or a transient error: try again while the deadline allows.
-    Failed(String),
+    /// No answer, or a transient error (noted in `Shared::last_failure`): try again while
+    /// the deadline allows.
+    Failed,
 }
 
-/// How long one keep-alive attempt may wait for its answer: the request timeout, but never
-/// more than a sixth of the TTL (and not less than 200 ms), so that an attempt stuck on a
-/// member that hangs, or behind a leader election, is abandoned and retried (the balancer
-/// sends it elsewhere) several times while the lease still lives. A healthy cluster answers
-/// a keep-alive in milliseconds.
+/// How long one attempt of a request made for a session may wait for its answer: the
+/// request timeout, but never more than a sixth of the TTL (and not less than 200 ms), nor
+/// past the lease's local deadline, so that an attempt stuck on a member that hangs, or behind
+/// a leader election, is abandoned and retried (the balancer may send it elsewhere) while the
+/// lease still lives. A healthy cluster answers in milliseconds.
 fn attempt_limit(shared: &Shared, timeout: Duration) -> Duration {
-    let sixth = Duration::from_millis(u64::try_from(shared.ttl_s).unwrap_or(1) * 1000 / 6);
-    timeout
-        .min(sixth.max(Duration::from_millis(200)))
-        .min(shared.remaining())
+    attempt_cap(shared, timeout).min(shared.remaining())
 }
 
+/// [`attempt_limit`] without the lease's remaining time.
+fn attempt_cap(shared: &Shared, timeout: Duration) -> Duration {
+    timeout.min(ttl_part(shared, 6).max(Duration::from_millis(200)))
+}
+
+/// A `n`th of the TTL.
+fn ttl_part(shared: &Shared, n: u64) -> Duration {
+    Duration::from_millis(
+        u64::try_from(shared.ttl_s)
+            .unwrap_or(1)
+            .saturating_mul(1000)
+            / n,
+    )
+}
+
+/// One renewal, within `timeout` (and the lease's remaining time): a keep-alive is sent, and
+/// another every twelfth of the TTL (at least 100 ms apart) while none has been answered —
+/// the earlier ones still pending. The balancer picks a member for each request at random,
+/// and a member that hangs (SIGSTOP, a stuck disk) keeps its connection open and looks ready
+/// until HTTP/2 keep-alive gives it up seconds later: attempts made one after the other each
+/// had a fair chance of going to it again, and three in a row did often enough to cost a
+/// holder on a 3 s lease its lock while two members of three served. Overlapping attempts
+/// leave no such gap: the first one a healthy member answers renews the lease, from the time
+/// it was sent.
 async fn renew_once(client: &Client, id: i64, shared: &Shared, timeout: Duration) -> Renewal {
-    let timeout = attempt_limit(shared, timeout);
-    let sent = clock::boottime_ns();
-    let mut lease = client.lease_client();
-    match tokio::time::timeout(timeout, lease.keep_alive(id)).await {
-        Err(_) => Renewal::Failed(format!("no answer within {timeout:?}")),
-        // keep_alive() fails when etcd answers TTL 0: the lease lives, renewed to its TTL.
-        Ok(Ok(_)) => {
-            shared.renewed(sent);
-            Renewal::Renewed
+    let budget = timeout.min(shared.remaining());
+    let end = tokio::time::Instant::now() + budget;
+    let hedge = budget.min(ttl_part(shared, 12).max(Duration::from_millis(100)));
+    let mut attempts = tokio::task::JoinSet::new();
+    let mut last: Option<String> = None;
+    loop {
+        let c = client.clone();
+        attempts.spawn(async move {
+            let sent = clock::boottime_ns();
+            (sent, c.lease_client().keep_alive(id).await.map(drop))
+        });
+        let next = (tokio::time::Instant::now() + hedge).min(end);
+        loop {
+            tokio::select! {
+                Some(done) = attempts.join_next() => match done {
+                    // keep_alive() fails when etcd answers TTL 0: the lease lives, renewed
+                    // to its TTL.
+                    Ok((sent, Ok(()))) => {
+                        shared.renewed(sent);
+                        return Renewal::Renewed;
+                    }
+                    Ok((_, Err(e))) if !is_unavailable(&e) => return Renewal::Gone(e.to_string()),
+                    // A quick failure (no leader, a refused connection): the next attempt
+                    // waits for its turn all the same.
+                    Ok((_, Err(e))) => last = Some(e.to_string()),
+                    Err(_) => {}
+                },
+                () = tokio::time::sleep_until(next) => break,
+            }
         }
-        Ok(Err(e)) if !is_unavailable(&e) => Renewal::Gone(e.to_string()),
-        Ok(Err(e)) => Renewal::Failed(e.to_string()),
+        if tokio::time::Instant::now() >= end {
+            // The attempts still pending are dropped (aborted) with the set.
+            shared.failed(last.unwrap_or_else(|| format!("no answer within {budget:?}")));
+            return Renewal::Failed;
+        }
     }
 }
 
 /// The background task: renews every third of the TTL, more often after a failure, until
 /// the deadline passes or etcd says the lease is gone.
 async fn keep_alive(client: Client, id: i64, shared: Arc<Shared>, timeout: Duration) {
-    let period = Duration::from_millis(u64::try_from(shared.ttl_s).unwrap_or(1) * 1000 / 3);
+    let period = ttl_part(&shared, 3);
     let retry = (period / 4).max(Duration::from_millis(50));
     let mut wait = period;
-    let mut last = String::new();
     loop {
         tokio::time::sleep(wait.min(shared.remaining())).await;
+        // Lost by the deadline: `lost()` says why, with the last failure `renew_once` noted.
         if shared.lost().is_some() {
-            if !last.is_empty() {
-                // Say why, if the first reason recorded was only "no answer in time".
-                shared.mark_lost(Lost {
-                    why: last,
-                    unreachable: true,
-                });
-            }
             return;
         }
         match renew_once(&client, id, &shared, timeout.min(shared.remaining())).await {
-            Renewal::Renewed => {
-                last.clear();
-                wait = period;
-            }
+            Renewal::Renewed => wait = period,
             Renewal::Gone(e) => {
                 shared.mark_lost(Lost {
                     why: format!("etcd says our lease is gone ({e})"),
-                    unreachable: false,
+                    cause: Cause::Gone,
                 });
                 return;
             }
-            Renewal::Failed(e) => {
-                last = format!("could not renew our lease within its TTL: {e}");
-                wait = retry;
-            }
+            Renewal::Failed => wait = retry,
         }
     }
 }
@@ -174,6 +239,9 @@ pub(crate) struct Session {
     request_timeout: Duration,
     task: JoinHandle<()>,
     runtime: tokio::runtime::Handle,
+    /// Receipts (see `keys`) that nothing can need any more, to delete with the next join
+    /// (no request of their own; the lease takes whatever is left).
+    stale: Mutex<Vec<Vec<u8>>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -207,6 +275,7 @@ impl Session {
             ttl_s: resp.ttl(),
             deadline: AtomicU64::new(0),
             lost: watch::Sender::new(None),
+            last_failure: Mutex::new(None),
         });
         shared.renewed(sent);
         let task = tokio::spawn(keep_alive(
@@ -222,6 +291,7 @@ impl Session {
             request_timeout,
             task,
             runtime: tokio::runtime::Handle::current(),
+            stale: Mutex::new(Vec::new()),
         }))
     }
 
@@ -240,12 +310,31 @@ impl Session {
         self.shared.lost()
     }
 
-    /// Ends the session here and now (for instance: we could not withdraw a queue key, so
-    /// the lease must expire to take it away). The keep-alive task stops.
+    /// How long one attempt of a request made for this session may wait for its answer:
+    /// as a keep-alive attempt (see [`attempt_limit`]), so that a request stuck on a member
+    /// that hangs is retried — likely on another — while the lease lives.
+    pub fn attempt_budget(&self, request_timeout: Duration) -> Duration {
+        attempt_limit(&self.shared, request_timeout)
+    }
+
+    /// [`attempt_budget`](Self::attempt_budget) without the lease's remaining time (for
+    /// requests that go on after the session is lost).
+    pub fn attempt_cap(&self, request_timeout: Duration) -> Duration {
+        attempt_cap(&self.shared, request_timeout)
+    }
+
+    /// The third of the TTL after which a waiter looks at the queue again, whatever its
+    /// watch says (a watch on a hung member says nothing).
+    pub fn relook_period(&self) -> Duration {
+        ttl_part(&self.shared, 3).max(Duration::from_millis(100))
+    }
+
+    /// Ends the session here and now (the lock was closed, or etcd refused to let us delete
+    /// a key of ours, so the lease must expire to take it away). The keep-alive task stops.
     pub fn abandon(&self, why: String) {
         self.shared.mark_lost(Lost {
             why,
-            unreachable: false,
+            cause: Cause::GivenUp,
         });
         self.task.abort();
     }
@@ -254,9 +343,27 @@ impl Session {
     pub fn gone(&self, e: &etcd_client::Error) {
         self.shared.mark_lost(Lost {
             why: format!("etcd says our lease is gone ({e})"),
-            unreachable: false,
+            cause: Cause::Gone,
         });
         self.task.abort();
+    }
+
+    /// Keeps `receipt` to delete with the next join.
+    pub fn stale(&self, receipt: Vec<u8>) {
+        self.stale.lock().unwrap().push(receipt);
+    }
+
+    /// Up to `n` receipts to delete (given back with [`unstale`](Self::unstale) if the join
+    /// that was to delete them failed).
+    pub fn take_stale(&self, n: usize) -> Vec<Vec<u8>> {
+        let mut v = self.stale.lock().unwrap();
+        let k = v.len().min(n);
+        v.drain(..k).collect()
+    }
+
+    /// Gives back receipts from [`take_stale`](Self::take_stale).
+    pub fn unstale(&self, receipts: Vec<Vec<u8>>) {
+        self.stale.lock().unwrap().extend(receipts);
     }
 
     /// Waits until the session is lost, and says why.
@@ -293,10 +400,10 @@ impl Session {
                 Renewal::Gone(e) => {
                     self.shared.mark_lost(Lost {
                         why: format!("etcd says our lease is gone ({e})"),
-                        unreachable: false,
+                        cause: Cause::Gone,
                     });
                 }
-                Renewal::Failed(_) => {
+                Renewal::Failed => {
                     tokio::time::sleep(Duration::from_millis(50).min(self.shared.remaining()))
                         .await;
                 }
@@ -304,9 +411,14 @@ impl Session {
         }
     }
 
-    /// Runs `f` on the runtime that drives this session (for work started outside it).
-    pub fn spawn_on_runtime(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.runtime.spawn(f);
+    /// Runs `f` on the runtime that drives this session, in a task of its own: work that must
+    /// go on whatever becomes of the caller (a dropped future, a drop outside any runtime).
+    /// If the runtime is shutting down, `f` never runs (our lease then simply expires).
+    pub fn spawn_on_runtime(
+        &self,
+        f: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> JoinHandle<()> {
+        self.runtime.spawn(f)
     }
 
     /// Revokes the lease now (deleting its keys) and stops the task. Best effort, bounded by

@@ -259,3 +259,97 @@ fn async_api_fifo_and_cancellation() {
         a.close().await;
     });
 }
+
+/// `lock_timeout(ZERO)` and a deadline already past take a free lock (as the local lock's
+/// do: one try), and time out on a held one without leaving a key. (The deadline used to be
+/// checked before the first request: `fairlock run -w 0` never got a free lock.)
+fn zero_deadlines(cluster: &Cluster) {
+    let a = connect(&cluster.endpoints(), "zero", 3);
+    let b = connect(&cluster.endpoints(), "zero", 3);
+    let g = a.lock_timeout(Duration::ZERO).unwrap();
+    let past = Instant::now().checked_sub(Duration::from_secs(1)).unwrap();
+    assert!(matches!(b.lock_until(past), Err(Error::Timeout { .. })));
+    assert!(matches!(
+        b.lock_timeout(Duration::ZERO),
+        Err(Error::Timeout { .. })
+    ));
+    let s = a.status().unwrap();
+    assert!(s.waiters.is_empty(), "a zero timeout left a key: {s:?}");
+    g.unlock().unwrap();
+    b.lock_until(past).unwrap().unlock().unwrap();
+}
+
+/// Durations too large to add to `Instant::now()` do not panic: a huge `lock_timeout` waits
+/// without a deadline, and huge option values are refused up front.
+fn huge_durations(cluster: &Cluster) {
+    let a = connect(&cluster.endpoints(), "huge", 3);
+    a.lock_timeout(Duration::MAX).unwrap().unlock().unwrap();
+    let far = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
+    a.lock_until(far).unwrap().unlock().unwrap();
+    for opts in [
+        EtcdLock::options().request_timeout(Duration::MAX).clone(),
+        EtcdLock::options().connect_timeout(Duration::MAX).clone(),
+    ] {
+        let eps = cluster.endpoints();
+        let r = std::panic::catch_unwind(|| opts.connect(&eps, "huge"));
+        let e = r.expect("connect panicked").unwrap_err();
+        assert!(matches!(e, Error::InvalidOption { .. }), "{e:?}");
+    }
+}
+
+/// An unlock that finds the grant record not ours (written by hand, or garbage) still deletes
+/// our key: it used to report the problem and leave the key, kept alive by our session, in
+/// everyone's way.
+fn a_foreign_record_at_unlock(cluster: &Cluster) {
+    let a = connect(&cluster.endpoints(), "foreign", 10);
+    let b = connect(&cluster.endpoints(), "foreign", 10);
+    for (record, want) in [("held 1 clean", "LockLost"), ("garbage", "Corrupt")] {
+        let g = a.lock().unwrap();
+        cluster
+            .etcdctl(&["put", "fairlock/foreign/held", record])
+            .unwrap();
+        let r = g.unlock();
+        assert_eq!(common::outcome(&r), want, "{r:?}");
+        cluster
+            .etcdctl(&["put", "fairlock/foreign/held", "released 1"])
+            .unwrap();
+        let s = b.status().unwrap();
+        assert!(
+            s.holder.is_none() && s.waiters.is_empty(),
+            "our key stayed: {s:?}"
+        );
+        b.lock_timeout(Duration::from_secs(2))
+            .unwrap()
+            .unlock()
+            .unwrap();
+    }
+}
+
+/// A lease revoked on the server before our keep-alive noticed: the next acquisition grants a
+/// new lease and goes on (it used to fail with `LockLost` though it held nothing).
+fn a_revoked_idle_lease(cluster: &Cluster) {
+    let a = connect(&cluster.endpoints(), "revoked", 10);
+    let g = a.lock().unwrap();
+    let lease = a.status().unwrap().holder.unwrap().lease;
+    g.unlock().unwrap();
+    cluster
+        .etcdctl(&["lease", "revoke", &format!("{lease:x}")])
+        .unwrap();
+    let g = a.lock().unwrap();
+    assert_ne!(a.status().unwrap().holder.unwrap().lease, lease);
+    assert!(!g.owner_died());
+    g.unlock().unwrap();
+}
+
+#[test]
+fn zero_and_huge_durations_foreign_records_and_revoked_leases() {
+    let cluster = Cluster::start("api-edges");
+    common::each(&[
+        ("zero_deadlines", &|| zero_deadlines(&cluster)),
+        ("huge_durations", &|| huge_durations(&cluster)),
+        ("a_foreign_record_at_unlock", &|| {
+            a_foreign_record_at_unlock(&cluster)
+        }),
+        ("a_revoked_idle_lease", &|| a_revoked_idle_lease(&cluster)),
+    ]);
+}
