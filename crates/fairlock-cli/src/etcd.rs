@@ -31,9 +31,10 @@ pub use with_etcd::{run, status};
 #[cfg(feature = "etcd")]
 mod with_etcd {
     use std::fmt::Write as _;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
-    use fairlock_etcd::{Address, Error, EtcdLock, Status};
+    use fairlock_etcd::{Address, Error, EtcdGuard, EtcdLock, Status};
 
     use super::*;
     use crate::run::{command, conflict, describe, spawn_failure, status_code, supervise};
@@ -71,6 +72,42 @@ mod with_etcd {
             .map_err(|e| failure(address, &e))
     }
 
+    /// A failure while waiting in line (the command has not run). A waiter whose lease ended
+    /// (revoked, or this process stopped or cut off for longer than its TTL) exits 75: the
+    /// lock was never ours, so not 69 ("lost while the command ran"), and not 68 when the
+    /// cluster answers now (the trouble was ours, not a missing quorum).
+    fn waiting_failure(lock: &EtcdLock, address: &str, e: &Error) -> Failure {
+        let lost_place = match e {
+            Error::LockLost { .. } => true,
+            Error::Unavailable { .. } => lock.status().is_ok(),
+            _ => false,
+        };
+        if !lost_place {
+            return failure(address, e);
+        }
+        let f = failure(address, e);
+        Failure::new(
+            exit::TEMP,
+            format!(
+                "{}; lost our place in line before the lock was granted: the command did not run",
+                f.message
+            ),
+        )
+    }
+
+    /// Ends this process by `sig`, as its default action would have, once our lease is
+    /// revoked: the parent (a shell, `timeout`) sees the signal it sent.
+    fn die_of(sig: libc::c_int) -> ! {
+        // SAFETY: resetting a handled signal to its default action and raising it has no
+        // memory-safety preconditions; the default action of SIGINT, SIGTERM and SIGHUP ends
+        // the process.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        std::process::exit(128 + sig)
+    }
+
     pub fn run(a: &RunArgs, address: &str) -> Result<u8, Failure> {
         let started = Instant::now();
         if let Some(l) = a.lease
@@ -84,33 +121,35 @@ mod with_etcd {
                 ),
             ));
         }
+        // From the start, not only while the command runs: a signal that ended us while we
+        // wait in line would leave our key there, under a lease nobody revokes, holding up
+        // everyone behind it for a whole TTL. The handlers only record the signal; the watch
+        // below revokes our lease, then we end by the signal.
+        signals::install().map_err(|e| Failure::new(exit::OS, format!("sigaction: {e}")))?;
         let lock = connect(address, a.lease)?;
-        let guard = if a.nonblock {
-            lock.try_lock().map_err(|e| match e {
-                Error::WouldBlock { .. } => conflict(a, "is held or has waiters"),
-                e => failure(address, &e),
-            })?
-        } else {
-            if a.verbose
-                && let Ok(st) = lock.status()
-            {
-                let ahead = st.waiters.len() + usize::from(st.holder.is_some());
-                if ahead > 0 {
-                    eprintln!("fairlock: waiting for {address} ({ahead} ahead)");
+        let waiting = AtomicBool::new(true);
+        let acquired = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while waiting.load(Ordering::SeqCst) {
+                    if signals::seen().is_some() {
+                        // Every 20 ms until the acquisition ends: a session granted after one
+                        // revocation (the acquisition had not started yet) is revoked too.
+                        let _ = lock.close();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-            }
-            match a.wait {
-                Some(d) => lock
-                    .lock_timeout(d.saturating_sub(started.elapsed()))
-                    .map_err(|e| match e {
-                        Error::Timeout { .. } => {
-                            conflict(a, &format!("still busy after {}", human(d)))
-                        }
-                        e => failure(address, &e),
-                    })?,
-                None => lock.lock().map_err(|e| failure(address, &e))?,
-            }
-        };
+            });
+            let r = acquire(&lock, a, address, started);
+            waiting.store(false, Ordering::SeqCst);
+            r
+        });
+        if let Some(sig) = signals::seen() {
+            // Granted anyway (the signal came late): released cleanly, then revoked.
+            drop(acquired);
+            let _ = lock.close();
+            die_of(sig);
+        }
+        let guard = acquired?;
         if a.verbose {
             eprintln!(
                 "fairlock: got {address} (token {}) after {}{}",
@@ -123,7 +162,6 @@ mod with_etcd {
                 },
             );
         }
-        signals::install().map_err(|e| Failure::new(exit::OS, format!("sigaction: {e}")))?;
         let mut sentinel = Sentinel::start();
         let mut child =
             match command(a, guard.token(), guard.owner_died(), address.as_ref()).spawn() {
@@ -192,6 +230,39 @@ mod with_etcd {
             );
         }
         Ok(code)
+    }
+
+    /// Waits in line as the options say (`-n`, `-w`).
+    fn acquire<'a>(
+        lock: &'a EtcdLock,
+        a: &RunArgs,
+        address: &str,
+        started: Instant,
+    ) -> Result<EtcdGuard<'a>, Failure> {
+        if a.nonblock {
+            return lock.try_lock().map_err(|e| match e {
+                Error::WouldBlock { .. } => conflict(a, "is held or has waiters"),
+                e => waiting_failure(lock, address, &e),
+            });
+        }
+        if a.verbose
+            && let Ok(st) = lock.status()
+        {
+            let ahead = st.waiters.len() + usize::from(st.holder.is_some());
+            if ahead > 0 {
+                eprintln!("fairlock: waiting for {address} ({ahead} ahead)");
+            }
+        }
+        match a.wait {
+            // What is left of -w (connecting took some): 0 left is one try.
+            Some(d) => lock
+                .lock_timeout(d.saturating_sub(started.elapsed()))
+                .map_err(|e| match e {
+                    Error::Timeout { .. } => conflict(a, &format!("still busy after {}", human(d))),
+                    e => waiting_failure(lock, address, &e),
+                }),
+            None => lock.lock().map_err(|e| waiting_failure(lock, address, &e)),
+        }
     }
 
     pub fn status(a: &StatusArgs, address: &str) -> Result<u8, Failure> {

@@ -23,7 +23,8 @@ pub const LOST: u8 = 69;
 pub const SOFTWARE: u8 = 70;
 /// An operating-system call failed (`EX_OSERR`).
 pub const OS: u8 = 71;
-/// Every participant entry of the lock file is in use by a live process (`EX_TEMPFAIL`).
+/// Every participant entry of the lock file is in use by a live process; or, with etcd, our
+/// lease ended while we waited in line, so the command did not run (`EX_TEMPFAIL`: try again).
 pub const TEMP: u8 = 75;
 /// The command was found but could not be executed (like shells).
 pub const NOT_EXECUTABLE: u8 = 126;
@@ -43,7 +44,9 @@ Exit status:
   69       the lock was lost while the command ran (its --lease ran out and the next
            waiter took over), whatever the command's status
   70/71    internal error / operating-system error
-  75       all participant entries of the lock file are in use
+  75       all participant entries of the lock file are in use; etcd://: our lease
+           ended while we waited in line (revoked, or fairlock stopped or cut off for
+           longer than it): the command did not run
   126/127  the command could not be executed / was not found";
 
 /// A failure: an exit code and, unless empty, one line for stderr.

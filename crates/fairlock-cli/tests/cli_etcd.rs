@@ -53,11 +53,14 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A `fairlock run` that holds ADDRESS until `release` exists (with --lease TTL).
+/// A `fairlock run` that holds ADDRESS until `release` exists (with --lease TTL), or its
+/// directory is gone (a test that removes it right after writing `release` must not leave the
+/// loop of a SIGKILLed holder's orphaned command running for good).
 fn holder(address: &str, ttl: &str, release: &std::path::Path) -> Child {
     let script = format!(
-        "echo $FAIRLOCK_TOKEN > {0}.token; while [ ! -e {0} ]; do sleep 0.02; done",
-        release.display()
+        "echo $FAIRLOCK_TOKEN > {0}.token; while [ ! -e {0} ] && [ -d {1} ]; do sleep 0.02; done",
+        release.display(),
+        release.parent().unwrap().display()
     );
     fairlock(&["run", "--lease", ttl, address, "-c", &script])
         .spawn()
@@ -253,4 +256,90 @@ fn unreachable_clusters_bad_addresses_and_status() {
     let o = run(&["run", &address, "-c", "echo $FAIRLOCK_TOKEN"]);
     let token = String::from_utf8_lossy(&o.stdout).trim().to_string();
     assert!(status_json(&address).contains(&format!("\"last_token\":{token}")));
+}
+
+/// The lease of the first waiter, from `fairlock status --json`.
+fn first_waiter_lease(address: &str) -> i64 {
+    let j = status_json(address);
+    let q = j.split("\"queue\":[").nth(1).unwrap();
+    let l = q
+        .split("\"lease\":")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{j}"));
+    l[..l.find(',').unwrap()].parse().unwrap()
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child, not reaped yet.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+}
+
+/// A waiting `fairlock run` that is signalled gives its place in line up at once (it used to
+/// die at once and leave its key for a whole TTL); one whose lease ended while it waited
+/// (revoked, or the process stopped past its TTL) exits 75, not 69 ("lost while the command
+/// ran": it never ran) nor 68 (the cluster was reachable). `-w 0` takes a free lock.
+#[test]
+fn waiters_signalled_revoked_or_stopped_and_zero_waits() {
+    let cluster = Cluster::start("cli-waiters");
+    let dir = temp("waiters");
+    let address = cluster.address("w");
+    let o = run(&["run", "-w", "0", &address, "-c", "echo ran"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "-w 0 on a free lock: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n");
+
+    let release = dir.join("release");
+    let mut h = holder(&address, "10", &release);
+    wait_for("the holder", Duration::from_secs(20), || {
+        dir.join("release.token").exists()
+    });
+    let quiet = |args: &[&str]| {
+        fairlock(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let mut w = quiet(&["run", "--lease", "10", &address, "-c", "echo ran"]);
+        wait_for("queued", Duration::from_secs(10), || waiters(&address) == 1);
+        signal(&w, sig);
+        let status = w.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
+        wait_for(
+            "the signalled waiter's key to go",
+            Duration::from_secs(2),
+            || waiters(&address) == 0,
+        );
+    }
+
+    let w = quiet(&["run", &address, "-c", "echo ran"]);
+    wait_for("queued", Duration::from_secs(10), || waiters(&address) == 1);
+    let lease = first_waiter_lease(&address);
+    cluster
+        .etcdctl(&["lease", "revoke", &format!("{lease:x}")])
+        .unwrap();
+    let o = w.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(75), "revoked waiter: {err}");
+    assert!(o.stdout.is_empty() && err.contains("did not run"), "{err}");
+
+    let w = quiet(&["run", "--lease", "2", &address, "-c", "echo ran"]);
+    wait_for("queued", Duration::from_secs(10), || waiters(&address) == 1);
+    signal(&w, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(3));
+    signal(&w, libc::SIGCONT);
+    let o = w.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(75), "stopped waiter: {err}");
+    assert!(o.stdout.is_empty() && err.contains("did not run"), "{err}");
+
+    std::fs::write(&release, "").unwrap();
+    assert!(h.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(dir);
 }
