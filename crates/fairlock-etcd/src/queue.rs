@@ -613,18 +613,23 @@ impl Drop for Undo {
     }
 }
 
-/// Waits until `pred` is deleted (any revision after `from`), or the watch ends; returns
-/// `Ok` to have the queue looked at again.
-async fn deleted(ctx: &Ctx, pred: &[u8], from: i64) -> std::result::Result<(), etcd_client::Error> {
+/// Waits until `pred`, which our look saw alive at revision `seen`, is deleted, or the watch
+/// ends; returns `Ok` to have the queue looked at again.
+///
+/// The watch starts at the store's current revision, not at `seen + 1`: etcd 3.4 serves a
+/// watch created at a revision it has already passed as "unsynced", caught up by a loop that
+/// runs every 100 ms, and with a few clients the store nearly always moved on between our
+/// look and the watch (the etcdbench run of 40b744d saw hand-offs stall up to ~100 ms, and
+/// `etcd_debugging_mvcc_slow_watcher_total` above 0 on most samples). The gap is closed by
+/// hand instead: the watch reports every deletion after the revision of its `created`
+/// response; if that revision is past `seen`, one count-only read of `pred` (made after the
+/// creation, so at a revision at least as high) tells whether it went in between.
+async fn deleted(ctx: &Ctx, pred: &[u8], seen: i64) -> std::result::Result<(), etcd_client::Error> {
     let mut watch = ctx.client.watch_client();
     let mut stream = watch
         .watch(
             pred.to_vec(),
-            Some(
-                WatchOptions::new()
-                    .with_start_revision(from)
-                    .with_filters([WatchFilterType::NoPut]),
-            ),
+            Some(WatchOptions::new().with_filters([WatchFilterType::NoPut])),
         )
         .await?;
     loop {
@@ -634,7 +639,7 @@ async fn deleted(ctx: &Ctx, pred: &[u8], from: i64) -> std::result::Result<(), e
                     "the watch stream closed".into(),
                 ));
             }
-            // Cancelled (compacted past `from`, or the member lost its leader): look again.
+            // Cancelled (the member lost its leader, or compaction): look again.
             Some(r) if r.canceled() => return Ok(()),
             Some(r)
                 if r.events()
@@ -642,6 +647,19 @@ async fn deleted(ctx: &Ctx, pred: &[u8], from: i64) -> std::result::Result<(), e
                     .any(|e| e.event_type() == EventType::Delete) =>
             {
                 return Ok(());
+            }
+            Some(r) if r.created() => {
+                let from = r.header().map_or(i64::MAX, |h| h.revision());
+                if from > seen {
+                    let now = ctx
+                        .client
+                        .kv_client()
+                        .get(pred.to_vec(), Some(GetOptions::new().with_count_only()))
+                        .await?;
+                    if now.count() == 0 {
+                        return Ok(());
+                    }
+                }
             }
             Some(_) => {}
         }
@@ -764,7 +782,7 @@ pub(crate) async fn acquire(
         // The watch's own errors nap here, inside the race with the deadline and the lease.
         let nap = backoff;
         let watch = async {
-            match deleted(ctx, &pred, rev + 1).await {
+            match deleted(ctx, &pred, rev).await {
                 Ok(()) => Ok(Woken::Look),
                 Err(e) if is_unavailable(&e) => {
                     tokio::time::sleep(nap).await;
