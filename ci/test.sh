@@ -5,5 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/deps.sh
+# Every test, doctest and Python test makes its files under a temporary directory of this run
+# (std::env::temp_dir and pytest's tmp_path follow TMPDIR): a lock file left in /tmp by another
+# checkout or version (README's examples use fixed names there) is then never in the way.
+tmp="$(mktemp -d -t fairlock-tests.XXXXXX)"
+trap 'rm -rf "$tmp"' EXIT
+export TMPDIR="$tmp"
 cargo test --release --all-features "$@"
 bash ci/python.sh
