@@ -9,10 +9,10 @@
 # harness package (generated under the target dir) that depends on this crate by path, with
 # this repository's Cargo.lock.
 #
-# Measured on the 2-core dev machine (shared, busy): 8 models in 12 s with the default
-# LOOM_MAX_PREEMPTIONS=2 (three_threads_lock_unlock is fixed at 1: with 2 it ran > 400 s),
-# 15 s in all with a warm build; a cold release build adds ~2-3 min. LOOM_MAX_BRANCHES is
-# raised to 20000 because waiters poll by yielding.
+# Measured on the 2-core dev machine (2026-12-06): 18 models in 29 s with the default
+# LOOM_MAX_PREEMPTIONS=2 (the three-thread models fix 1: three_threads_lock_unlock ran > 400 s
+# with 2), 33 s in all with a warm build; a cold release build adds ~2-3 min.
+# LOOM_MAX_BRANCHES is raised to 20000 because waiters poll by yielding.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/loom}"

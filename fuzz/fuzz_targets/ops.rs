@@ -52,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
             participant: who,
             tid: 7,
             lease_ms: (op & 8 != 0).then_some(u64::from(op >> 4) + 1),
+            shared: false,
         };
         match op % 12 {
             0 | 1 => {

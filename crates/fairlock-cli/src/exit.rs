@@ -73,7 +73,10 @@ impl Failure {
     pub fn open(path: &Path, e: &fairlock::Error) -> Failure {
         use fairlock::Error as E;
         let code = match e {
-            E::NotALockFile { .. } | E::Corrupt { .. } | E::Incompatible { .. } => DATA,
+            E::NotALockFile { .. }
+            | E::Corrupt { .. }
+            | E::Incompatible { .. }
+            | E::KindMismatch { .. } => DATA,
             E::InvalidPath { .. } | E::Io { .. } => NO_INPUT,
             E::TooManyParticipants { .. } | E::TooManyOpenFiles { .. } => TEMP,
             E::InvalidOption { .. } => USAGE,

@@ -5,6 +5,7 @@ mod demo;
 mod etcd;
 mod exit;
 mod inherited;
+mod kind;
 mod run;
 mod secs;
 mod sentinel;
@@ -68,14 +69,25 @@ pub struct RunArgs {
     #[arg(short = 'n', long = "nonblock", visible_aliases = ["nb", "nonblocking"],
           conflicts_with = "wait", overrides_with = "nonblock")]
     pub nonblock: bool,
-    /// An exclusive lock: the default and only kind, accepted for flock(1)'s habits.
+    /// A writer of a reader/writer lock: alone, in arrival order with the readers (-s). A
+    /// new LOCKFILE is made a reader/writer lock; without -s or -x the lock is exclusive
+    /// (or, for a reader/writer lock file, a writer).
     #[arg(
         short = 'x',
         long = "exclusive",
         short_alias = 'e',
-        overrides_with = "exclusive"
+        overrides_with_all = ["exclusive", "shared"]
     )]
     pub exclusive: bool,
+    /// A reader of a reader/writer lock: readers run together, writers (-x, or no flag) alone,
+    /// everybody in arrival order. A new LOCKFILE is made a reader/writer lock.
+    #[arg(short = 's', long = "shared", overrides_with_all = ["exclusive", "shared"])]
+    pub shared: bool,
+    /// A semaphore: at most N commands at once, started in arrival order. Every user of
+    /// LOCKFILE must give the same N (a different one is refused, exit 65).
+    #[arg(long, value_name = "N", conflicts_with_all = ["exclusive", "shared"],
+          value_parser = clap::value_parser!(u32).range(1..=524_288))]
+    pub permits: Option<u32>,
     /// Accepted for flock(1)'s habits and always in effect: the command never inherits the
     /// lock (fairlock holds it, and releases it when the command ends).
     #[arg(short = 'o', long = "close", overrides_with = "close")]

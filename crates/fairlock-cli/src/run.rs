@@ -8,9 +8,10 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use fairlock::{Error, FairLock, LockGuard};
+use fairlock::{Error, FairLock};
 
 use crate::exit::{self, Failure};
+use crate::kind::{self, Held, Lock};
 use crate::secs::human;
 use crate::sentinel::Sentinel;
 use crate::{RunArgs, inherited, signals};
@@ -45,6 +46,12 @@ const POLL: Duration = Duration::from_millis(50);
 
 pub fn main(a: &RunArgs) -> Result<u8, Failure> {
     if let Some(address) = a.lockfile.to_str().filter(|s| s.starts_with("etcd://")) {
+        if kind::asks_for_a_kind(a) {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!("{address}: etcd locks are exclusive: -s and --permits need a lock file"),
+            ));
+        }
         return crate::etcd::run(a, address);
     }
     let path = a.lockfile.as_path();
@@ -63,7 +70,7 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
     if let Some(b) = budget {
         opts.init_timeout(b);
     }
-    let lock = match opts.open(path) {
+    let lock = match kind::open(a, &opts, path) {
         Ok(lock) => lock,
         Err(Error::InitLocked { .. }) => {
             return Err(conflict(
@@ -77,7 +84,8 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
     let guard = acquire(&lock, a, remaining)?;
     if a.verbose {
         eprintln!(
-            "fairlock: got {} (token {}) after {}{}",
+            "fairlock: got {}{} (token {}) after {}{}",
+            lock.what(),
             path.display(),
             guard.token(),
             human(started.elapsed()),
@@ -135,10 +143,10 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
 
 /// Waits for the lock as the options say (`remaining`: what is left of `-w`).
 fn acquire<'a>(
-    lock: &'a FairLock,
+    lock: &'a Lock,
     a: &RunArgs,
     remaining: Option<Duration>,
-) -> Result<LockGuard<'a>, Failure> {
+) -> Result<Held<'a>, Failure> {
     let path = a.lockfile.as_path();
     if a.nonblock {
         return lock.try_lock().map_err(|e| match e {
@@ -149,7 +157,7 @@ fn acquire<'a>(
     if a.verbose
         && let Ok(st) = fairlock::inspect(path)
     {
-        let ahead = st.waiters.len() as u64 + u64::from(st.holder.is_some()) + st.arriving;
+        let ahead = st.waiters.len() as u64 + st.holders.len() as u64 + st.arriving;
         if ahead > 0 {
             eprintln!("fairlock: waiting for {} ({ahead} ahead)", path.display());
         }

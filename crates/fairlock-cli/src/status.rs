@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use fairlock::{Status, TicketInfo};
+use fairlock::{LockKind, Status, TicketInfo};
 
 use crate::exit::Failure;
 use crate::secs::human;
@@ -16,9 +16,12 @@ Examples:
 
 The file is only read (never locked, created or modified). JSON fields: path, held,
 owner_pid, owner_tid, token, next_ticket, waiters (count), arriving, lease_remaining_ms,
-holder {ticket, token, state, pid, tid, alive, held_ms, lease_remaining_ms, owner_died} or
-null, queue [{ticket, token, state, pid, tid, alive, waited_ms}]; unknown values are null.
-alive: false means the process is dead; the next acquire passes it over.
+holder {ticket, token, state, pid, tid, alive, held_ms, lease_remaining_ms, owner_died,
+shared} or null, kind (exclusive, rwlock or semaphore), permits (a semaphore's, else null),
+holders [every holder, as holder: readers and permit holders hold together], queue
+[{ticket, token, state, pid, tid, alive, waited_ms, shared}]; unknown values are null.
+alive: false means the process is dead; the next acquire passes it over. shared: a reader
+or a permit (false for writers and exclusive locks).
 
 Exit status: 0; 65 not a lock file (or corrupt/incompatible); 66 cannot open (missing,
 unreadable, not a regular file); 64 usage.";
@@ -37,40 +40,36 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "?".to_string(), |v| v.to_string())
 }
 
+/// How a ticket of a lock of kind `k` holds or asks, appended to its line: "", ", read",
+/// ", write", ", permit". (At the end, so that lines still start as scripts expect.)
+fn role(k: LockKind, t: &TicketInfo) -> &'static str {
+    match k {
+        LockKind::RwLock if t.shared => ", read",
+        LockKind::RwLock => ", write",
+        LockKind::Semaphore { .. } => ", permit",
+        _ => "",
+    }
+}
+
 fn text(st: &Status) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "lock file:      {}", st.path.display());
-    match &st.holder {
-        Some(h) => {
-            let _ = write!(
+    match st.kind {
+        LockKind::RwLock => s.push_str("kind:           reader/writer lock\n"),
+        LockKind::Semaphore { permits } => {
+            let _ = writeln!(
                 s,
-                "holder:         pid {}, thread {}, held for {}, token {}",
-                opt(h.pid),
-                opt(h.tid),
-                h.elapsed.map_or_else(|| "?".into(), human),
-                h.token
+                "kind:           semaphore of {permits} permits ({} held)",
+                st.holders.len()
             );
-            match h.lease_remaining {
-                Some(d) if d.is_zero() => s.push_str(", lease expired (may be taken over)"),
-                Some(d) => {
-                    let _ = write!(s, ", lease left {}", human(d));
-                }
-                None => s.push_str(", no lease"),
-            }
-            if h.state != "held" {
-                let _ = write!(s, " ({})", h.state);
-            }
-            s.push('\n');
-            if h.alive == Some(false) {
-                s.push_str(
-                    "                DEAD: its process is gone; the next acquire of any kind (fairlock run,\n                -n and -w included) revokes it and tells its holder that the owner died\n",
-                );
-            }
-            if h.owner_died {
-                s.push_str("                the previous holder died or was taken over\n");
-            }
         }
-        None => s.push_str("holder:         none (free)\n"),
+        _ => {}
+    }
+    if st.holders.is_empty() {
+        s.push_str("holder:         none (free)\n");
+    }
+    for h in &st.holders {
+        holder_text(&mut s, st.kind, h);
     }
     let _ = writeln!(s, "tickets issued: {}", st.next_ticket);
     let _ = writeln!(
@@ -91,13 +90,14 @@ fn text(st: &Status) -> String {
     for (i, w) in st.waiters.iter().enumerate() {
         let _ = writeln!(
             s,
-            "  {:>3}. ticket {:<6} pid {:<8} thread {:<8} waiting {} ({}){}",
+            "  {:>3}. ticket {:<6} pid {:<8} thread {:<8} waiting {} ({}{}){}",
             i + 1,
             w.ticket,
             opt(w.pid),
             opt(w.tid),
             w.elapsed.map_or_else(|| "?".into(), human),
             w.state,
+            role(st.kind, w),
             if w.alive == Some(false) {
                 ", DEAD: will be passed over"
             } else {
@@ -106,6 +106,37 @@ fn text(st: &Status) -> String {
         );
     }
     s
+}
+
+fn holder_text(s: &mut String, kind: LockKind, h: &TicketInfo) {
+    let _ = write!(
+        s,
+        "holder:         pid {}, thread {}, held for {}, token {}",
+        opt(h.pid),
+        opt(h.tid),
+        h.elapsed.map_or_else(|| "?".into(), human),
+        h.token
+    );
+    match h.lease_remaining {
+        Some(d) if d.is_zero() => s.push_str(", lease expired (may be taken over)"),
+        Some(d) => {
+            let _ = write!(s, ", lease left {}", human(d));
+        }
+        None => s.push_str(", no lease"),
+    }
+    s.push_str(role(kind, h));
+    if h.state != "held" {
+        let _ = write!(s, " ({})", h.state);
+    }
+    s.push('\n');
+    if h.alive == Some(false) {
+        s.push_str(
+            "                DEAD: its process is gone; the next acquire of any kind (fairlock run,\n                -n and -w included) revokes it and tells its holder that the owner died\n",
+        );
+    }
+    if h.owner_died {
+        s.push_str("                the previous holder died or was taken over\n");
+    }
 }
 
 fn num<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -139,7 +170,7 @@ fn string(v: &str) -> String {
 
 fn holder(h: &TicketInfo) -> String {
     format!(
-        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"alive\":{},\"held_ms\":{},\"lease_remaining_ms\":{},\"owner_died\":{}}}",
+        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"alive\":{},\"held_ms\":{},\"lease_remaining_ms\":{},\"owner_died\":{},\"shared\":{}}}",
         h.ticket,
         h.token,
         string(h.state),
@@ -148,29 +179,38 @@ fn holder(h: &TicketInfo) -> String {
         num(h.alive),
         ms(h.elapsed),
         ms(h.lease_remaining),
-        h.owner_died
+        h.owner_died,
+        h.shared
     )
 }
 
 fn waiter(w: &TicketInfo) -> String {
     format!(
-        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"alive\":{},\"waited_ms\":{}}}",
+        "{{\"ticket\":{},\"token\":{},\"state\":{},\"pid\":{},\"tid\":{},\"alive\":{},\"waited_ms\":{},\"shared\":{}}}",
         w.ticket,
         w.token,
         string(w.state),
         num(w.pid),
         num(w.tid),
         num(w.alive),
-        ms(w.elapsed)
+        ms(w.elapsed),
+        w.shared
     )
 }
 
 fn json(st: &Status) -> String {
     let h = st.holder.as_ref();
     let queue: Vec<String> = st.waiters.iter().map(waiter).collect();
+    let holders: Vec<String> = st.holders.iter().map(holder).collect();
+    let permits = match st.kind {
+        LockKind::Semaphore { permits } => Some(permits),
+        _ => None,
+    };
     format!(
-        "{{\"path\":{},\"held\":{},\"owner_pid\":{},\"owner_tid\":{},\"token\":{},\"next_ticket\":{},\"waiters\":{},\"arriving\":{},\"lease_remaining_ms\":{},\"holder\":{},\"queue\":[{}]}}\n",
+        "{{\"path\":{},\"kind\":{},\"permits\":{},\"held\":{},\"owner_pid\":{},\"owner_tid\":{},\"token\":{},\"next_ticket\":{},\"waiters\":{},\"arriving\":{},\"lease_remaining_ms\":{},\"holder\":{},\"holders\":[{}],\"queue\":[{}]}}\n",
         string(&st.path.to_string_lossy()),
+        string(st.kind.name()),
+        num(permits),
         h.is_some(),
         num(h.and_then(|h| h.pid)),
         num(h.and_then(|h| h.tid)),
@@ -180,6 +220,7 @@ fn json(st: &Status) -> String {
         st.arriving,
         ms(h.and_then(|h| h.lease_remaining)),
         h.map_or_else(|| "null".to_string(), holder),
+        holders.join(","),
         queue.join(",")
     )
 }

@@ -7,7 +7,7 @@
 //! | general lock (a holder in the background that prints Locking/Unlocking) | every test | held with a shorter sleep |
 //! | `non-block`: `--nonblocking --conflict-exit-code 123` on a held lock | [`non_block`] | |
 //! | `no-fork`: `--no-fork --nonblocking -E 123` | — | does not apply: fairlock must stay alive to hold the lock (its beacon and guard live in its process), so it always forks; `-F` is rejected |
-//! | `shared`: `--shared` beside a shared holder | — | not yet: a shared mode is issue 12; `-s` is rejected (exit 64) |
+//! | `shared`: `--shared` beside a shared holder | [`shared_beside_a_shared_holder`] | the holder is `-s` too (a file first used without `-s`/`-x` is an exclusive lock, where `-s` is refused: exit 65) |
 //! | `exclusive`: `--nb --exclusive -E 123` | [`exclusive_is_the_default`] | |
 //! | `fd`: `flock -n -x -E 123 4` on an inherited descriptor | — | not yet: the descriptor form is issue 12 |
 //! | `fcntl-*`: the same over fcntl locks | — | does not apply: fairlock has one kind of lock |
@@ -70,6 +70,34 @@ fn non_block() {
     assert_eq!(out(&o), "rc=123\n");
     let general = std::fs::read_to_string(d.join("general")).unwrap();
     assert_eq!(general, "Locking\nUnlocking\nUnlocked\n");
+}
+
+#[test]
+fn shared_beside_a_shared_holder() {
+    let d = TempDir::new("flock-suite-s");
+    let hold_shared = HOLD.replace(
+        r#""$FL" run "$D/lockfile""#,
+        r#""$FL" run --shared "$D/lockfile""#,
+    );
+    let o = sh(
+        &d,
+        &format!(
+            "export SECS=1\n{hold_shared}\n{}\nwait $holder\necho Unlocked >> \"$D/general\"",
+            r#""$FL" run --nb --shared --conflict-exit-code 123 "$D/lockfile" echo "Have shared lock"; echo "rc=$?""#
+        ),
+    );
+    assert_eq!(out(&o), "Have shared lock\nrc=0\n");
+    let general = std::fs::read_to_string(d.join("general")).unwrap();
+    assert_eq!(general, "Locking\nUnlocking\nUnlocked\n");
+    // And an exclusive request beside it conflicts, as flock's.
+    let o = sh(
+        &d,
+        &format!(
+            "export SECS=1\n{hold_shared}\n{}\nwait $holder",
+            r#""$FL" run --nb --exclusive -E 123 "$D/lockfile" true; echo "rc=$?""#
+        ),
+    );
+    assert_eq!(out(&o), "rc=123\n");
 }
 
 #[test]
@@ -155,9 +183,9 @@ fn exit_codes() {
         "unknown option"
     );
     assert_eq!(
-        code(&["run", "-s", "f", "true"]),
+        code(&["run", "-s", "--permits", "2", "f", "true"]),
         Some(64),
-        "no shared mode yet"
+        "a semaphore has no shared mode"
     );
     assert_eq!(code(&["run", "-F", "f", "true"]), Some(64), "no --no-fork");
     let missing = d.join("no/such/dir/lock");

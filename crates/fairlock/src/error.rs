@@ -85,6 +85,17 @@ pub enum Error {
         /// What the file holds and what `wanted` needs.
         what: String,
     },
+    /// The file holds another kind of lock than the one asked for (an exclusive lock opened as a
+    /// reader/writer lock, a semaphore of 3 permits opened as one of 2, …). The file was left
+    /// untouched.
+    KindMismatch {
+        /// The lock file.
+        path: PathBuf,
+        /// What the file holds ("semaphore of 3 permits").
+        found: String,
+        /// What the caller asked for.
+        wanted: String,
+    },
     /// The path is not something a lock can live in (a symbolic link, a directory, a device).
     InvalidPath {
         /// The path.
@@ -167,6 +178,7 @@ impl Error {
             | Error::Incompatible { path, .. }
             | Error::NotALockFile { path }
             | Error::DataMismatch { path, .. }
+            | Error::KindMismatch { path, .. }
             | Error::InvalidPath { path, .. }
             | Error::TooManyParticipants { path, .. }
             | Error::TooManyOpenFiles { path, .. }
@@ -189,7 +201,8 @@ impl Error {
             Error::Corrupt { .. }
             | Error::Incompatible { .. }
             | Error::NotALockFile { .. }
-            | Error::DataMismatch { .. } => K::InvalidData,
+            | Error::DataMismatch { .. }
+            | Error::KindMismatch { .. } => K::InvalidData,
             Error::InvalidPath { .. } | Error::InvalidOption { .. } => K::InvalidInput,
             Error::TooManyParticipants { .. } | Error::TooManyOpenFiles { .. } => K::ResourceBusy,
             Error::Io { source, .. } => source.kind(),
@@ -235,6 +248,15 @@ impl fmt::Display for Error {
             Error::NotALockFile { path } => write!(
                 f,
                 "{}: not a fairlock file (it is not empty and has no fairlock header); left untouched",
+                path.display()
+            ),
+            Error::KindMismatch {
+                path,
+                found,
+                wanted,
+            } => write!(
+                f,
+                "{}: holds a {found}, not the {wanted} asked for; left untouched",
                 path.display()
             ),
             Error::DataMismatch { path, wanted, what } => write!(

@@ -110,11 +110,14 @@ pub use error::{Error, Result};
 pub use api::{
     arc_guard::ArcLockGuard,
     guard::LockGuard,
+    kind_guard::{RwLockReadGuard, RwLockWriteGuard, SemaphorePermit},
     lock::FairLock,
     mutex::{FairMutex, MutexGuard},
     options::{DEFAULT_PARTICIPANTS, DEFAULT_SLOTS, OpenOptions},
     rlock::FairRLock,
-    status::{Status, TicketInfo, inspect},
+    rwlock::FairRwLock,
+    semaphore::FairSemaphore,
+    status::{LockKind, Status, TicketInfo, inspect},
 };
 
 /// Compile-time refusals, checked as doctests (`cargo test --doc`).

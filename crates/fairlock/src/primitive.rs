@@ -7,11 +7,11 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::{
     Mutex,
-    atomic::{AtomicU32, AtomicU64},
+    atomic::{AtomicU32, AtomicU64, fence},
 };
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64};
+pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::Mutex;
 

@@ -38,7 +38,8 @@ fn assert_initialised(path: &Path, slots: u32, participants: u32) {
     let b = fs::read(path).expect("read");
     assert!(b.len() >= HEADER_SIZE, "{} bytes", b.len());
     assert_eq!(&b[0..8], MAGIC, "magic");
-    assert_eq!(u32_at(&b, 8), 1, "version");
+    assert_eq!(u32_at(&b, 8), 2, "version");
+    assert_eq!(u32_at(&b, 40), 0, "kind: exclusive");
     assert_eq!(u32_at(&b, 12), HEADER_SIZE as u32, "header_size");
     assert_eq!(u64_at(&b, 16), b.len() as u64, "file_size field vs length");
     assert_eq!(u32_at(&b, 24), slots, "slot_count");
@@ -249,7 +250,7 @@ fn bad_geometry_is_corrupt_and_untouched() {
 fn newer_version_is_incompatible_and_untouched() {
     let dir = TempDir::new("bad-version");
     let bytes = valid_file(&dir.join("model"));
-    for v in [0u32, 2, u32::MAX] {
+    for v in [0u32, 1, 3, u32::MAX] {
         let path = dir.join(&format!("v{v}"));
         let mut b = bytes.clone();
         b[8..12].copy_from_slice(&v.to_le_bytes());

@@ -16,6 +16,7 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
+use fairlock::__internal::core::layout::RecordKind;
 use fairlock::__internal::core::lease::{Lease, LeaseField};
 use fairlock::__internal::core::model::ModelPlatform;
 use fairlock::__internal::core::word::{LapRelation, relate};
@@ -45,6 +46,7 @@ fn me(participant: u32) -> Me {
         participant,
         tid: 100 + participant,
         lease_ms: None,
+        shared: false,
     }
 }
 
@@ -344,6 +346,7 @@ fn concurrent_recovery_of_dead_holder() {
 fn leased(participant: u32, ms: u64) -> Me {
     Me {
         lease_ms: Some(ms),
+        shared: false,
         ..me(participant)
     }
 }
@@ -749,5 +752,191 @@ fn clean_up_follows_a_ticket_granted_under_it() {
             "the dead process's ticket is left granted to the entry's new owner: stuck"
         );
         assert_eq!(w.state_of(t2), Some(State::Granted));
+    });
+}
+
+// ---- The weighted kinds (`core::weighted`): reader/writer lock and semaphore. ----
+
+fn weighted_world(kind: RecordKind) -> Arc<World> {
+    Arc::new(World {
+        st: OwnedState::of_kind(4, 4, kind),
+        p: ModelPlatform::new(1),
+        log: UnsafeCell::new(Vec::new()),
+    })
+}
+
+fn shared_me(participant: u32, shared: bool) -> Me {
+    Me {
+        shared,
+        ..me(participant)
+    }
+}
+
+/// A waiter that does nothing but look at its own word until it is granted (no recovery, no
+/// walk): if every walk missed it, the model never ends and loom reports it. This is how the
+/// models show that no grant is lost (a real waiter would also recover, which hides a lost
+/// grant behind its next poll).
+fn wait_granted_only(w: &World, t: u64, me: &Me) -> Grant {
+    let st = w.view();
+    loop {
+        match claim_granted(&st, &w.p, t, me).expect("consistent") {
+            Claim::Held(g) => return g,
+            Claim::Lost => panic!("live waiter skipped"),
+            Claim::NotGranted(_) => thread::yield_now(),
+        }
+    }
+}
+
+impl World {
+    /// A reader's critical section: reads the log (readers may overlap; a writer may not
+    /// overlap them — loom reports it).
+    fn read_section(&self) -> usize {
+        // SAFETY: only holders touch the log; readers only read it, and loom checks that no
+        // write overlaps.
+        self.log.with(|v| unsafe { (*v).len() })
+    }
+}
+
+/// Two readers release at the same time while a writer waits: each release stores `Done` and
+/// walks; without the `SeqCst` fence at the start of the walk, each may still see the other
+/// holding and nobody grants the writer (this model then never ends).
+#[test]
+fn two_readers_release_while_a_writer_waits() {
+    loom::model(|| {
+        let w = weighted_world(RecordKind::RWLOCK);
+        let (r1, r2, wt) = {
+            let st = w.view();
+            let r1 = lock(&st, &w.p, &shared_me(1, true), None, &tuning()).expect("r1");
+            let r2 = lock(&st, &w.p, &shared_me(2, true), None, &tuning()).expect("r2");
+            (r1, r2, enqueue(&st, &w.p, &shared_me(3, false)))
+        };
+        let release_in = |g: Grant, who: u32| {
+            let w = w.clone();
+            thread::spawn(move || {
+                w.read_section();
+                release(&w.view(), &w.p, &g, who).expect("release");
+            })
+        };
+        let a = release_in(r1, 1);
+        let b = release_in(r2, 2);
+        let writer = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let g = wait_granted_only(&w, wt, &shared_me(3, false));
+                w.enter(&g);
+                release(&w.view(), &w.p, &g, 3).expect("release");
+            })
+        };
+        a.join().unwrap();
+        b.join().unwrap();
+        writer.join().unwrap();
+        assert_eq!(w.log(), vec![wt + 1]);
+    });
+}
+
+/// A reader releases while a writer publishes: the release's walk may miss the unpublished
+/// writer, so the writer's own walk after publishing must see the release (the fences pair).
+#[test]
+fn a_reader_releases_while_a_writer_publishes() {
+    loom::model(|| {
+        let w = weighted_world(RecordKind::RWLOCK);
+        let r = {
+            let st = w.view();
+            lock(&st, &w.p, &shared_me(1, true), None, &tuning()).expect("r")
+        };
+        let reader = {
+            let w = w.clone();
+            thread::spawn(move || {
+                w.read_section();
+                release(&w.view(), &w.p, &r, 1).expect("release");
+            })
+        };
+        let writer = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let me = shared_me(2, false);
+                let t = enqueue(&w.view(), &w.p, &me);
+                let g = wait_granted_only(&w, t, &me);
+                w.enter(&g);
+                release(&w.view(), &w.p, &g, 2).expect("release");
+            })
+        };
+        reader.join().unwrap();
+        writer.join().unwrap();
+        assert_eq!(w.log().len(), 1);
+    });
+}
+
+/// A semaphore of one permit: its holder leaves its section and gives the permit back while
+/// the first of two queued tickets (published before the threads start: publication races
+/// are the other models') waits for it; that one gets it alone (loom checks the sections),
+/// and hands it on to the second (which the main thread claims at the end), in ticket order.
+/// Two spinning waiters as threads made the model too big to check.
+#[test]
+fn a_permit_comes_back_while_two_queue() {
+    loom::model(|| {
+        let w = weighted_world(RecordKind::semaphore(1));
+        let (held, queued) = {
+            let st = w.view();
+            let held = lock(&st, &w.p, &shared_me(1, true), None, &tuning()).expect("first");
+            let queued = [2u32, 3].map(|who| (who, enqueue(&st, &w.p, &shared_me(who, true))));
+            (held, queued)
+        };
+        let holder = {
+            let w = w.clone();
+            thread::spawn(move || {
+                w.enter(&held);
+                release(&w.view(), &w.p, &held, 1).expect("release");
+            })
+        };
+        let (who, t) = queued[0];
+        let first = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let me = shared_me(who, true);
+                let g = wait_granted_only(&w, t, &me);
+                w.enter(&g);
+                release(&w.view(), &w.p, &g, who).expect("release");
+            })
+        };
+        holder.join().unwrap();
+        first.join().unwrap();
+        let (who, t) = queued[1];
+        let last = wait_granted_only(&w, t, &shared_me(who, true));
+        w.enter(&last);
+        release(&w.view(), &w.p, &last, who).expect("release");
+        assert_eq!(w.log(), vec![held.token(), queued[0].1 + 1, t + 1]);
+    });
+}
+
+/// Two readers and a writer with the real `lock` (publication, walks, recovery): readers may
+/// hold together, the writer alone; everyone is served. Three threads: at most one preemption.
+#[test]
+fn readers_and_a_writer_exclude_each_other() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(1);
+    b.check(|| {
+        let w = weighted_world(RecordKind::RWLOCK);
+        let threads: Vec<_> = [(1u32, true), (2, true), (3, false)]
+            .into_iter()
+            .map(|(who, shared)| {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let st = w.view();
+                    let me = shared_me(who, shared);
+                    let g = lock(&st, &w.p, &me, None, &tuning()).expect("lock");
+                    if shared {
+                        w.read_section();
+                    } else {
+                        w.enter(&g);
+                    }
+                    release(&st, &w.p, &g, who).expect("release");
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(w.log().len(), 1);
     });
 }

@@ -139,6 +139,7 @@ fn me(actor: u32, lease_ms: Option<u64>) -> Me {
         participant: actor,
         tid: 1000 + actor,
         lease_ms,
+        shared: false,
     }
 }
 

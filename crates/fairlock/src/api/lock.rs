@@ -86,6 +86,15 @@ impl FairLock {
 
     pub(crate) fn with_options(path: &Path, o: &OpenOptions) -> Result<FairLock> {
         let shared = Shared::open(path, o.create_options())?;
+        // A view this process already had open was not checked against what we ask for.
+        let (found, wanted) = (shared.geometry().kind, o.create_options().kind);
+        if found != wanted {
+            return Err(Error::KindMismatch {
+                path: shared.path.clone(),
+                found: found.describe(),
+                wanted: wanted.describe(),
+            });
+        }
         let current = AtomicPtr::new(Arc::as_ptr(&shared).cast_mut());
         Ok(FairLock {
             current,
@@ -352,7 +361,67 @@ impl FairLock {
             participant: sh.participant,
             tid,
             lease_ms: self.lease_ms,
+            shared: false,
         }
+    }
+
+    /// Acquires a ticket of a weighted kind (`FairRwLock`, `FairSemaphore`): a share if
+    /// `shared`, the whole lock otherwise. Always queued (see `core::weighted`); the grant is
+    /// not recorded in `Hold`, which describes the one exclusive grant of a process: several
+    /// threads of a process may hold shares at once.
+    pub(crate) fn acquire_weighted(
+        &self,
+        deadline: Option<u64>,
+        shared: bool,
+        stop: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<LockGuard<'_>> {
+        let sh = self.shared()?;
+        let tid = thread::current_tid();
+        let st = sh.state();
+        self.refuse_reentry(sh, tid)?;
+        let me = Me {
+            shared,
+            ..self.me(sh, tid)
+        };
+        let watch = stop.map_or_else(core::Watch::default, core::Watch::interruptible);
+        // Relaxed: a ticket is only a number.
+        let t = st.header().next_ticket.fetch_add(1, Relaxed);
+        crate::crash_point!("acquire.ticket_taken");
+        let g = core::lock_watched(&st, &sh.platform(), &me, deadline, &self.tuning, t, watch)
+            .map_err(|e| wait_error(sh, e))?;
+        Ok(LockGuard::new(sh, g, tid, self.lease_ms))
+    }
+
+    /// `try_*` of a weighted kind: only if granted at once, never jumping the queue.
+    pub(crate) fn try_acquire_weighted(&self, shared: bool) -> Result<LockGuard<'_>> {
+        let sh = self.shared()?;
+        let tid = thread::current_tid();
+        self.refuse_reentry(sh, tid)?;
+        let me = Me {
+            shared,
+            ..self.me(sh, tid)
+        };
+        let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);
+        match r.map_err(|e| wait_error(sh, e))? {
+            Some(g) => Ok(LockGuard::new(sh, g, tid, self.lease_ms)),
+            None => Err(Error::WouldBlock {
+                path: sh.path.clone(),
+            }),
+        }
+    }
+
+    /// A thread that holds a reader/writer lock (either way) and asks for it again would wait
+    /// for itself behind its own grant (a writer behind its own read, a read behind its own
+    /// write, or a read behind a writer queued after its own read): refused. Semaphores allow
+    /// a thread several permits.
+    fn refuse_reentry(&self, sh: &Shared, tid: u32) -> Result<()> {
+        let st = sh.state();
+        if st.is_rwlock() && core::weighted::holds_already(&st, sh.participant, tid) {
+            return Err(Error::WouldDeadlock {
+                path: sh.path.clone(),
+            });
+        }
+        Ok(())
     }
 
     #[inline]

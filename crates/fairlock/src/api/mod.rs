@@ -2,9 +2,12 @@
 
 pub mod arc_guard;
 pub mod guard;
+pub mod kind_guard;
 pub mod lock;
 pub mod mutex;
 pub mod options;
 pub mod rlock;
+pub mod rwlock;
+pub mod semaphore;
 pub(crate) mod shared;
 pub mod status;

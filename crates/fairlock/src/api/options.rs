@@ -4,10 +4,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::core::Tuning;
-use crate::core::layout::DataShape;
+use crate::core::layout::{DataShape, MAX_PERMITS, RecordKind};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
-use crate::{FairLock, FairMutex, FairRLock};
+use crate::{FairLock, FairMutex, FairRLock, FairRwLock, FairSemaphore};
 
 /// Default number of waiting-array slots of a new file: more concurrent waiters than this
 /// still work, but the extra ones poll for their slot.
@@ -46,6 +46,7 @@ impl Default for OpenOptions {
                 init_wait: None,
                 data: DataShape::NONE,
                 data_type: "",
+                kind: RecordKind::EXCLUSIVE,
             },
             tuning: Tuning::default(),
         }
@@ -137,6 +138,44 @@ impl OpenOptions {
     /// otherwise.
     pub fn open_mutex<T: bytemuck::Pod>(&self, path: impl AsRef<Path>) -> Result<FairMutex<T>> {
         FairMutex::with_options(path.as_ref(), self)
+    }
+
+    /// Like [`OpenOptions::open`], for a [`FairRwLock`]: readers hold together, a writer alone,
+    /// all in arrival order.
+    ///
+    /// # Errors
+    /// [`Error::KindMismatch`] if the file holds another kind of lock; as
+    /// [`OpenOptions::open`] otherwise.
+    pub fn open_rwlock(&self, path: impl AsRef<Path>) -> Result<FairRwLock> {
+        let o = self.of_kind(RecordKind::RWLOCK);
+        Ok(FairRwLock::from_lock(o.open(path)?))
+    }
+
+    /// Like [`OpenOptions::open`], for a [`FairSemaphore`] of `permits` permits (1 to 2^19):
+    /// at most `permits` holders at once, granted in arrival order. A new file gets at least
+    /// twice as many slots as permits (more than [`slots`](OpenOptions::slots) if need be).
+    ///
+    /// # Errors
+    /// [`Error::KindMismatch`] if the file holds another kind of lock or a semaphore of
+    /// another number of permits (the message names both); [`Error::InvalidOption`] for 0 or
+    /// more than 2^19 permits; as [`OpenOptions::open`] otherwise.
+    pub fn open_semaphore(&self, path: impl AsRef<Path>, permits: u32) -> Result<FairSemaphore> {
+        if !(1..=MAX_PERMITS).contains(&permits) {
+            return Err(Error::InvalidOption {
+                what: format!("a semaphore of {permits} permits: must be 1..={MAX_PERMITS}"),
+            });
+        }
+        let kind = RecordKind::semaphore(permits);
+        let mut o = self.of_kind(kind);
+        o.create.slots = o.create.slots.max(kind.min_slots());
+        Ok(FairSemaphore::from_lock(o.open(path)?, permits))
+    }
+
+    /// These options for a lock of kind `kind`.
+    fn of_kind(&self, kind: RecordKind) -> OpenOptions {
+        let mut o = self.clone();
+        o.create.kind = kind;
+        o
     }
 
     /// These options for a `FairMutex` of `type_name`, whose data area is `data`.

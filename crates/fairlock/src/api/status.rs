@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::core::frontier::first_unfinished;
+use crate::core::layout::{Kind, RecordKind};
 use crate::core::lease::Lease;
 use crate::core::word::{LapRelation, lap_of, relate};
 use crate::core::{Liveness, State};
@@ -36,6 +37,43 @@ pub struct TicketInfo {
     pub lease_remaining: Option<Duration>,
     /// The previous holder did not release (died or was taken over).
     pub owner_died: bool,
+    /// A shared ticket: a reader of a [`FairRwLock`](crate::FairRwLock) or a permit of a
+    /// [`FairSemaphore`](crate::FairSemaphore) (false for a writer and for exclusive locks).
+    pub shared: bool,
+}
+
+/// The kind of lock a file holds, as [`inspect`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// `FairLock`, `FairRLock`, `FairMutex`, `fairlock run`: one holder at a time.
+    Exclusive,
+    /// `FairRwLock`: readers together, a writer alone.
+    RwLock,
+    /// `FairSemaphore`: at most `permits` holders.
+    Semaphore {
+        /// The number of permits.
+        permits: u32,
+    },
+}
+
+impl LockKind {
+    fn of(k: RecordKind) -> LockKind {
+        match k.kind {
+            Kind::Exclusive => LockKind::Exclusive,
+            Kind::RwLock => LockKind::RwLock,
+            Kind::Semaphore => LockKind::Semaphore { permits: k.permits },
+        }
+    }
+
+    /// A short name: `exclusive`, `rwlock` or `semaphore`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LockKind::Exclusive => "exclusive",
+            LockKind::RwLock => "rwlock",
+            LockKind::Semaphore { .. } => "semaphore",
+        }
+    }
 }
 
 /// A snapshot of a lock file. Taking it never writes to the file or takes any lock.
@@ -44,10 +82,16 @@ pub struct TicketInfo {
 pub struct Status {
     /// The lock file.
     pub path: PathBuf,
+    /// The kind of lock.
+    pub kind: LockKind,
     /// Tickets handed out so far.
     pub next_ticket: u64,
-    /// The holder (or the ticket granted and about to claim), if any.
+    /// The holder (or the ticket granted and about to claim), if any; for a reader/writer lock
+    /// or a semaphore, the first of [`holders`](Status::holders).
     pub holder: Option<TicketInfo>,
+    /// Every holder (and ticket granted and about to claim), in ticket order: at most one for
+    /// an exclusive lock, every reader holding together, every permit holder.
+    pub holders: Vec<TicketInfo>,
     /// Published waiters, in ticket (= grant) order.
     pub waiters: Vec<TicketInfo>,
     /// Tickets taken whose owner has not published itself yet (arriving, or died arriving).
@@ -80,14 +124,17 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
     let g = v.geometry();
     let shift = g.slot_shift();
     let next = v.next_ticket();
-    let front = first_unfinished(v.head(), next, shift, |t| v.word(t));
+    let weighted = g.kind.is_weighted();
+    let front = first_unfinished(v.head(), next, shift, !weighted, |t| v.word(t));
     let now = clock::coarse_ns();
     let now_ms = clock::monotonic_ns() / 1_000_000;
     let span = next.wrapping_sub(front).min(u64::from(g.slots));
     let mut status = Status {
         path: path.to_path_buf(),
+        kind: LockKind::of(g.kind),
         next_ticket: next,
         holder: None,
+        holders: Vec::new(),
         waiters: Vec::new(),
         arriving: 0,
     };
@@ -142,9 +189,11 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
             elapsed: stamped.then(|| Duration::from_nanos(now.saturating_sub(since))),
             lease_remaining,
             owner_died: w.died(),
+            shared: w.shared(),
         };
         if state.is_granted() {
-            status.holder.get_or_insert(info);
+            status.holder.get_or_insert_with(|| info.clone());
+            status.holders.push(info);
         } else {
             status.waiters.push(info);
         }

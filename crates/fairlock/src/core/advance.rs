@@ -24,6 +24,10 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 /// it) and cleared by `Done`, and ends up in the granted word so the next holder learns it.
 #[inline(never)]
 pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool) {
+    if st.is_weighted() {
+        // Readers and permits: granted by weight from `head`, nothing in advance.
+        return super::weighted::advance(st, p);
+    }
     let mut h = from;
     for _ in 0..MAX_STEPS {
         let slot = st.slot(h);
@@ -110,6 +114,9 @@ pub fn pass_on<P: Platform>(st: &LockState<'_>, p: &P, from: u64) {
 /// besides its store; it leaves `head` alone (see [`crate::core::frontier`]).
 #[inline(always)]
 pub fn try_pregrant(st: &LockState<'_>, from: u64) -> bool {
+    if st.is_weighted() {
+        return false; // nothing is granted in advance: the caller walks
+    }
     let slot = st.slot(from);
     let lap = st.lap(from);
     // Acquire: as the first load of `advance`.

@@ -89,8 +89,16 @@ pub fn step_over_later(st: &LockState<'_>, h: u64, w: Word, limit: Option<u64>) 
 /// The first unfinished ticket, walking from `head` (every ticket before it final) towards
 /// `next` (the next ticket to be handed out) over the words `word_of(t)` shows for ticket
 /// `t`'s slot, in a waiting array of `1 << shift` slots. Read-only: for `inspect`, which sees
-/// the file through plain loads. `next` if every ticket before it is final.
-pub fn first_unfinished(head: u64, next: u64, shift: u32, word_of: impl Fn(u64) -> Word) -> u64 {
+/// the file through plain loads. `next` if every ticket before it is final. `jumps`: whether a
+/// later granted ticket proves every earlier one final — true for an exclusive lock, false for
+/// the weighted kinds, where tickets are granted while earlier ones still hold.
+pub fn first_unfinished(
+    head: u64,
+    next: u64,
+    shift: u32,
+    jumps: bool,
+    word_of: impl Fn(u64) -> Word,
+) -> u64 {
     let mut h = head;
     for _ in 0..MAX_STEPS {
         if !before(h, next) {
@@ -101,7 +109,7 @@ pub fn first_unfinished(head: u64, next: u64, shift: u32, word_of: impl Fn(u64) 
         match (relate(w.lap(), lap), w.state()) {
             (LapRelation::Same, Some(s)) if s.is_final() => h = h.wrapping_add(1),
             (LapRelation::Later, _) => match granted_later(h, lap, w, shift) {
-                Some(u) if !before(next, u) => h = u,
+                Some(u) if jumps && !before(next, u) => h = u,
                 _ => h = h.wrapping_add(1),
             },
             _ => return h,

@@ -2,7 +2,7 @@
 //! pattern another process writes is a valid value and no access is a data race.
 //!
 //! ```text
-//! offset 0                 Header        (192 bytes: constants, then next_ticket and head on
+//! offset 0                 Header        (192 bytes: constants and the kind, then next_ticket and head on
 //!                                         cache lines of their own)
 //! offset 192               Participant × P   (32 bytes each)
 //! offset slots_offset      Slot × N          (64 bytes each, one cache line, 64-aligned)
@@ -21,8 +21,109 @@ pub const MAGIC_PENDING: u64 = u64::from_le_bytes(*b"FAIRLOC?");
 /// header and the data area are intact, so a file left with it is re-initialised again
 /// *keeping its data* (a `FairMutex<T>`'s value survives a crash during that rewrite).
 pub const MAGIC_REINIT: u64 = u64::from_le_bytes(*b"FAIRLOC!");
-/// The file-format version this crate reads and writes.
-pub const VERSION: u32 = 1;
+/// The file-format version this crate reads and writes. Version 2 adds the lock's kind
+/// (exclusive, reader/writer, semaphore) to the header and the `shared` bit to slot words;
+/// version 1 files (and files of any other version) are refused with `Incompatible`.
+pub const VERSION: u32 = 2;
+
+/// What kind of lock a file holds: every kind is a FIFO of tickets over the same slots (see
+/// [`crate::core::weighted`]); they differ in how many tickets may hold at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One holder at a time (`FairLock`, `FairRLock`, `FairMutex`). File code 0.
+    Exclusive,
+    /// Readers hold together, a writer alone (`FairRwLock`). File code 1.
+    RwLock,
+    /// At most `permits` holders (`FairSemaphore`). File code 2.
+    Semaphore,
+}
+
+/// The largest number of permits of a semaphore (2^19): its file needs at least twice as many
+/// slots, and 2^20 slots (64 MiB) is the most a file offers.
+pub const MAX_PERMITS: u32 = 1 << 19;
+
+/// A file's kind as its header stores it: the kind and, for a semaphore, its permits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordKind {
+    /// The kind.
+    pub kind: Kind,
+    /// A semaphore's permits; 0 for the other kinds.
+    pub permits: u32,
+}
+
+impl RecordKind {
+    /// An exclusive lock.
+    pub const EXCLUSIVE: RecordKind = RecordKind {
+        kind: Kind::Exclusive,
+        permits: 0,
+    };
+    /// A reader/writer lock.
+    pub const RWLOCK: RecordKind = RecordKind {
+        kind: Kind::RwLock,
+        permits: 0,
+    };
+
+    /// A semaphore with `permits` permits.
+    pub const fn semaphore(permits: u32) -> RecordKind {
+        RecordKind {
+            kind: Kind::Semaphore,
+            permits,
+        }
+    }
+
+    /// The kind stored as (`code`, `permits`), if it is one this crate knows and consistent.
+    pub fn decode(code: u32, permits: u32) -> Option<RecordKind> {
+        let k = match code {
+            0 => RecordKind::EXCLUSIVE,
+            1 => RecordKind::RWLOCK,
+            2 => RecordKind::semaphore(permits),
+            _ => return None,
+        };
+        (k.is_valid() && k.permits == permits).then_some(k)
+    }
+
+    /// The header's code for the kind.
+    pub fn code(self) -> u32 {
+        match self.kind {
+            Kind::Exclusive => 0,
+            Kind::RwLock => 1,
+            Kind::Semaphore => 2,
+        }
+    }
+
+    /// Whether a file may hold it: a semaphore needs 1 to [`MAX_PERMITS`] permits, the other
+    /// kinds none.
+    pub fn is_valid(self) -> bool {
+        match self.kind {
+            Kind::Semaphore => (1..=MAX_PERMITS).contains(&self.permits),
+            _ => self.permits == 0,
+        }
+    }
+
+    /// Whether tickets are granted by weight (readers together, several permit holders) rather
+    /// than one at a time with the exclusive lock's grants in advance.
+    pub fn is_weighted(self) -> bool {
+        self.kind != Kind::Exclusive
+    }
+
+    /// The fewest slots a file of this kind may have: a semaphore twice its permits (so that
+    /// holders never fill the array), the others the general minimum of 2.
+    pub fn min_slots(self) -> u32 {
+        match self.kind {
+            Kind::Semaphore => (self.permits.saturating_mul(2)).next_power_of_two().max(2),
+            _ => 2,
+        }
+    }
+
+    /// How the kind reads in messages and status: "exclusive", "rwlock", "semaphore of 3".
+    pub fn describe(self) -> String {
+        match self.kind {
+            Kind::Exclusive => "exclusive lock".to_string(),
+            Kind::RwLock => "reader/writer lock".to_string(),
+            Kind::Semaphore => format!("semaphore of {} permits", self.permits),
+        }
+    }
+}
 
 /// The file header. Fields above `next_ticket` are written once, at initialisation.
 #[repr(C)]
@@ -43,10 +144,10 @@ pub struct Header {
     pub participants_offset: AtomicU32,
     /// Byte offset of the slot array (a multiple of 64).
     pub slots_offset: AtomicU32,
-    /// Reserved flags, zero.
-    pub flags: AtomicU32,
-    /// Reserved, zero.
-    pub reserved0: AtomicU32,
+    /// The lock's kind: 0 exclusive, 1 reader/writer, 2 semaphore (see [`RecordKind`]).
+    pub kind: AtomicU32,
+    /// A semaphore's permits; 0 for the other kinds.
+    pub permits: AtomicU32,
     /// The kernel boot id (`/proc/sys/kernel/random/boot_id`) of the boot that initialised the
     /// file; a file from another boot is re-initialised (tickets kept, so tokens keep rising).
     pub boot_id: [AtomicU64; 2],
@@ -130,6 +231,8 @@ const _: () = {
     assert!(offset_of!(Header, participant_count) == 28);
     assert!(offset_of!(Header, participants_offset) == 32);
     assert!(offset_of!(Header, slots_offset) == 36);
+    assert!(offset_of!(Header, kind) == 40);
+    assert!(offset_of!(Header, permits) == 44);
     assert!(offset_of!(Header, boot_id) == 48);
     assert!(offset_of!(Header, next_ticket) == 64);
     assert!(offset_of!(Header, head) == 128);
@@ -169,6 +272,8 @@ pub struct Geometry {
     pub data_offset: usize,
     /// Total size.
     pub file_size: usize,
+    /// The lock's kind (exclusive unless set by [`Geometry::of_kind`]).
+    pub kind: RecordKind,
 }
 
 /// What the data area of a `FairMutex<T>` file holds: `T`'s size, alignment and type tag.
@@ -255,7 +360,14 @@ impl Geometry {
             data,
             data_offset,
             file_size,
+            kind: RecordKind::EXCLUSIVE,
         })
+    }
+
+    /// The same layout for a lock of kind `kind`; `None` if the kind is not valid or needs
+    /// more slots ([`RecordKind::min_slots`]).
+    pub fn of_kind(self, kind: RecordKind) -> Option<Geometry> {
+        (kind.is_valid() && self.slots >= kind.min_slots()).then_some(Geometry { kind, ..self })
     }
 
     /// Where the lock state ends: the slot array's end (the data area, if any, follows).
@@ -281,6 +393,26 @@ pub struct LockState<'a> {
     participants: &'a [Participant],
     slots: &'a [Slot],
     shift: u32,
+    /// How many tickets may hold at once (1 for an exclusive lock); see [`LockState::capacity`].
+    capacity: u64,
+    weighted: bool,
+    rwlock: bool,
+}
+
+/// The view's kind as the header states it (read once, when the view is built): `(weighted,
+/// rwlock, capacity)`. Garbage reads as an exclusive lock, whose protocol never trusts more than
+/// one holder; the file layer refuses such files before building a view.
+fn kind_of(header: &Header, shift: u32) -> (bool, bool, u64) {
+    // Relaxed: written once when the file is initialised, before the magic that the opener
+    // read with Acquire.
+    let code = header.kind.load(crate::primitive::Ordering::Relaxed);
+    let permits = header.permits.load(crate::primitive::Ordering::Relaxed);
+    let n = 1u64 << shift;
+    match RecordKind::decode(code, permits).map(|k| k.kind) {
+        Some(Kind::RwLock) => (true, true, n),
+        Some(Kind::Semaphore) => (true, false, u64::from(permits).clamp(1, n)),
+        _ => (false, false, 1),
+    }
 }
 
 impl<'a> LockState<'a> {
@@ -294,11 +426,16 @@ impl<'a> LockState<'a> {
         let n = u32::try_from(slots.len()).ok()?;
         let p = u32::try_from(participants.len()).ok()?;
         Geometry::new(n, p)?;
+        let shift = n.trailing_zeros();
+        let (weighted, rwlock, capacity) = kind_of(header, shift);
         Some(LockState {
             header,
             participants,
             slots,
-            shift: n.trailing_zeros(),
+            shift,
+            capacity,
+            weighted,
+            rwlock,
         })
     }
 
@@ -312,11 +449,16 @@ impl<'a> LockState<'a> {
         slots: &'a [Slot],
     ) -> LockState<'a> {
         debug_assert!(LockState::new(header, participants, slots).is_some());
+        let shift = slots.len().trailing_zeros();
+        let (weighted, rwlock, capacity) = kind_of(header, shift);
         LockState {
             header,
             participants,
             slots,
-            shift: slots.len().trailing_zeros(),
+            shift,
+            capacity,
+            weighted,
+            rwlock,
         }
     }
 
@@ -351,6 +493,27 @@ impl<'a> LockState<'a> {
         1u64 << self.shift
     }
 
+    /// Whether tickets are granted by weight ([`crate::core::weighted`]): a reader/writer lock
+    /// or a semaphore. Then nothing is granted in advance and every acquisition queues.
+    #[inline]
+    pub fn is_weighted(&self) -> bool {
+        self.weighted
+    }
+
+    /// Whether the lock is a reader/writer lock.
+    #[inline]
+    pub fn is_rwlock(&self) -> bool {
+        self.rwlock
+    }
+
+    /// How many shared tickets may hold at once: 1 for an exclusive lock, the permits (at most
+    /// `N`) for a semaphore, `N` for a reader/writer lock (every slot's ticket a reader). An
+    /// exclusive ticket (a writer) holds alone whatever the capacity.
+    #[inline]
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     /// The participant entry `i`, if it exists.
     #[inline]
     pub fn participant(&self, i: u32) -> Option<&'a Participant> {
@@ -380,8 +543,8 @@ impl Header {
             participant_count: AtomicU32::new(0),
             participants_offset: AtomicU32::new(0),
             slots_offset: AtomicU32::new(0),
-            flags: AtomicU32::new(0),
-            reserved0: AtomicU32::new(0),
+            kind: AtomicU32::new(0),
+            permits: AtomicU32::new(0),
             boot_id: zeroed_u64s(),
             next_ticket: AtomicU64::new(0),
             pad1: zeroed_u64s(),
@@ -437,15 +600,31 @@ impl OwnedState {
     /// # Panics
     /// If the geometry is out of range (a test-setup error).
     pub fn new(slots: u32, participants: u32) -> OwnedState {
+        OwnedState::of_kind(slots, participants, RecordKind::EXCLUSIVE)
+    }
+
+    /// A fresh state of kind `kind` (see [`OwnedState::new`]).
+    ///
+    /// # Panics
+    /// If the geometry or the kind is out of range (a test-setup error).
+    pub fn of_kind(slots: u32, participants: u32, kind: RecordKind) -> OwnedState {
         assert!(Geometry::new(slots, participants).is_some(), "bad geometry");
+        assert!(kind.is_valid(), "bad kind");
         let slots: Vec<Slot> = (0..slots).map(|_| Slot::zeroed()).collect();
-        // A fresh file has ticket 0 granted in advance (see `file::initial_image`).
-        let ready = crate::core::word::Word::new(1, 0, crate::core::word::State::Ready, false);
-        slots[0]
-            .word
-            .store(ready.0, crate::primitive::Ordering::Relaxed);
+        // A fresh exclusive lock has ticket 0 granted in advance (see `file::initial_image`);
+        // weighted kinds grant nothing in advance.
+        if !kind.is_weighted() {
+            let ready = crate::core::word::Word::new(1, 0, crate::core::word::State::Ready, false);
+            slots[0]
+                .word
+                .store(ready.0, crate::primitive::Ordering::Relaxed);
+        }
+        let header = Header::zeroed();
+        let relaxed = crate::primitive::Ordering::Relaxed;
+        header.kind.store(kind.code(), relaxed);
+        header.permits.store(kind.permits, relaxed);
         OwnedState {
-            header: Header::zeroed(),
+            header,
             participants: (0..participants).map(|_| Participant::zeroed()).collect(),
             slots,
         }

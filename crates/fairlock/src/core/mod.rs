@@ -66,6 +66,7 @@ pub mod platform;
 pub mod publish;
 pub mod recover;
 pub mod wait;
+pub mod weighted;
 pub mod word;
 
 #[cfg(all(test, not(loom)))]
@@ -92,6 +93,9 @@ pub struct Me {
     pub tid: u32,
     /// Lease to ask for, in milliseconds, or `None` to hold until release.
     pub lease_ms: Option<u64>,
+    /// A share (a reader, a semaphore's permit) rather than the whole lock; only for locks of
+    /// a weighted kind ([`weighted`]), ignored by an exclusive lock.
+    pub shared: bool,
 }
 
 /// A granted ticket: proof that the caller holds the lock.

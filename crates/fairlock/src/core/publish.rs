@@ -85,12 +85,18 @@ pub fn publish<P: Platform>(
                     continue;
                 }
                 crate::crash_point!("acquire.lease_announced");
-                let waiting =
-                    Word::new(lap, me.participant, State::Waiting, false).with_leased(leased);
+                let waiting = Word::new(lap, me.participant, State::Waiting, false)
+                    .with_leased(leased)
+                    .with_shared(me.shared && st.is_weighted());
                 if cas(slot, w, waiting) {
                     crate::crash_point!("acquire.published");
                     stamp_owner(slot, t, me);
                     stamp_since(p, slot);
+                    if st.is_weighted() {
+                        // Nothing was granted in advance: walk, in case the lock is free for
+                        // us (see `weighted`: the walk's fence pairs with a releaser's).
+                        advance(st, p, t, false);
+                    }
                     return Ok(Published::Waiting(waiting));
                 }
             }
@@ -108,6 +114,10 @@ pub fn publish<P: Platform>(
                 let expired = deadline.is_some_and(|d| p.now_ns() >= d);
                 if expired && recovered_at_deadline {
                     lapped::give_up(slot, lap, me.participant);
+                    if st.is_weighted() {
+                        // A weighted walk stops at an unpublished ticket: pass ours now.
+                        advance(st, p, t, false);
+                    }
                     return Err(watch.stopped());
                 }
                 recover(st, p, t, watch, tuning);

@@ -121,6 +121,9 @@ pub fn recover<P: Platform>(
     watch: &mut Watch<'_>,
     tuning: &Tuning,
 ) -> Ahead {
+    if st.is_weighted() {
+        return super::weighted::recover(st, p, me, watch, tuning);
+    }
     let start = st.header().head.load(Relaxed);
     if !before(start, me) {
         // Nothing ahead (or a head beyond us: then we are final or granted already).

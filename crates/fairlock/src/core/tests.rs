@@ -10,6 +10,7 @@ fn me(participant: u32) -> Me {
         participant,
         tid: 100 + participant,
         lease_ms: None,
+        shared: false,
     }
 }
 

@@ -36,6 +36,7 @@ pub fn lock<P: Platform>(
     let t = st.header().next_ticket.fetch_add(1, Relaxed);
     crate::crash_point!("acquire.ticket_taken");
     if me.lease_ms.is_none()
+        && !st.is_weighted()
         && let Some(g) = claim_ready(st, t, me.participant)
     {
         return Ok(g);
@@ -108,6 +109,9 @@ pub fn try_lock<P: Platform>(
     me: &Me,
     tuning: &Tuning,
 ) -> Result<Option<Grant>, WaitError> {
+    if st.is_weighted() {
+        return try_weighted(st, p, me, tuning);
+    }
     let hdr = st.header();
     let mut watch = Watch::default();
     let mut rounds = 0;
@@ -144,6 +148,57 @@ pub fn try_lock<P: Platform>(
             }
         }
     }
+}
+
+/// `try_lock` for a weighted kind (see [`super::weighted`]): after a recovery pass, takes a
+/// ticket only if it would be granted at once — everything unfinished ahead is granted and it
+/// fits next to them — and then waits with a deadline already past, so that a taker that raced
+/// in ahead makes it give the ticket up rather than wait. Never jumps the queue.
+fn try_weighted<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    me: &Me,
+    tuning: &Tuning,
+) -> Result<Option<Grant>, WaitError> {
+    let mut watch = Watch::default();
+    let mut give_up_at: Option<u64> = None;
+    for _ in 0..TRY_ROUNDS {
+        let started = p.now_ns();
+        // Relaxed: a ticket is only a number.
+        let t = st.header().next_ticket.load(Relaxed);
+        let ahead = recover(st, p, t, &mut watch, tuning);
+        if super::weighted::admits(st, t, me.shared) {
+            if st
+                .header()
+                .next_ticket
+                .compare_exchange(t, t.wrapping_add(1), Relaxed, Relaxed)
+                .is_err()
+            {
+                continue; // someone took it first: look again
+            }
+            crate::crash_point!("acquire.ticket_taken");
+            return match lock_watched(st, p, me, Some(0), tuning, t, watch) {
+                Ok(g) => Ok(Some(g)),
+                Err(WaitError::Timeout) => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
+        match ahead {
+            // A ticket ahead is taken but not yet published: its taker publishes within
+            // nanoseconds, or died (then it is passed after the grace, as in `try_lock`).
+            Ahead::Unclaimed(seen) => {
+                let now = p.now_ns();
+                let limit = *give_up_at
+                    .get_or_insert(now.saturating_sub(seen).saturating_add(tuning.grace_ns));
+                if started >= limit {
+                    return Ok(None);
+                }
+                p.pause(Some(now.saturating_add(100_000).min(limit)));
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
 /// `try_lock` found ticket `t` pre-granted: take it (CAS on `next_ticket`) and claim it.
@@ -233,6 +288,11 @@ fn wait_for_grant<P: Platform>(
             crate::crash_point!("timeout.abandoning");
             if cas(slot, w, w.with_state(State::Abandoned)) {
                 crate::crash_point!("timeout.abandoned");
+                if st.is_weighted() {
+                    // Ours may have been the ticket that held back those behind it (a writer
+                    // behind readers): walk, so that whatever fits now is granted.
+                    super::weighted::advance(st, p);
+                }
                 return Err(watch.stopped());
             }
             continue;

@@ -6,7 +6,8 @@
 //! | 0..4   | `state`       | a [`State`]                                                    |
 //! | 4      | `died`        | the previous holder did not release (died, or lease taken over) |
 //! | 5      | `leased`      | the ticket's owner asked for a lease: the slot's lease field is its own |
-//! | 6..8   | —             | zero                                                           |
+//! | 6      | `shared`      | the ticket asks for a share (a reader, a permit), not the whole lock; only in files of a weighted kind |
+//! | 7      | —             | zero                                                           |
 //! | 8..20  | `participant` | index of the process (participant entry) that owns the ticket  |
 //! | 20..64 | `lap`         | `(ticket >> slot_shift) + 1`, modulo 2^44                      |
 //!
@@ -100,6 +101,7 @@ impl State {
 const STATE_MASK: u64 = 0xF;
 const DIED_BIT: u64 = 1 << 4;
 const LEASED_BIT: u64 = 1 << 5;
+const SHARED_BIT: u64 = 1 << 6;
 const PARTICIPANT_SHIFT: u32 = 8;
 const PARTICIPANT_BITS: u32 = 12;
 const PARTICIPANT_MASK: u64 = (1 << PARTICIPANT_BITS) - 1;
@@ -160,7 +162,20 @@ impl Word {
         self.0 & LEASED_BIT != 0
     }
 
-    /// The same word with another state (lap, participant, died and leased flags kept).
+    /// Whether the ticket asks for a share (a reader of a reader/writer lock, a semaphore's
+    /// permit) rather than the whole lock.
+    #[inline]
+    pub fn shared(self) -> bool {
+        self.0 & SHARED_BIT != 0
+    }
+
+    /// The same word with the shared flag set to `shared`.
+    #[inline]
+    pub fn with_shared(self, shared: bool) -> Word {
+        Word((self.0 & !SHARED_BIT) | if shared { SHARED_BIT } else { 0 })
+    }
+
+    /// The same word with another state (lap, participant, died, leased and shared flags kept).
     #[inline]
     pub fn with_state(self, state: State) -> Word {
         Word((self.0 & !STATE_MASK) | state as u64)
@@ -199,12 +214,13 @@ impl core::fmt::Debug for Word {
         match self.state() {
             Some(s) => write!(
                 f,
-                "Word(lap {}, participant {}, {}{}{})",
+                "Word(lap {}, participant {}, {}{}{}{})",
                 self.lap(),
                 self.participant(),
                 s.name(),
                 if self.died() { ", died" } else { "" },
-                if self.leased() { ", leased" } else { "" }
+                if self.leased() { ", leased" } else { "" },
+                if self.shared() { ", shared" } else { "" }
             ),
             None => write!(f, "Word({:#x}: bad state)", self.0),
         }
@@ -264,6 +280,14 @@ mod tests {
         assert_eq!(h.with_participant(7).participant(), 7);
         assert_eq!(h.with_participant(7).with_participant(4095), h);
         assert_ne!(w.futex_value(), h.futex_value());
+        let s = h.with_shared(true);
+        assert!(s.shared() && !h.shared());
+        assert!(s.with_state(State::Done).with_died(false).shared());
+        assert_eq!(
+            (s.lap(), s.participant(), s.leased(), s.died()),
+            (h.lap(), 4095, true, true)
+        );
+        assert_eq!(s.with_shared(false), h);
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub fn initial_image(g: Geometry, boot_id: [u64; 2], next_ticket: u64, magic: u6
     put32(&mut img, 28, g.participants);
     put32(&mut img, 32, g.participants_offset as u32);
     put32(&mut img, 36, g.slots_offset as u32);
+    put32(&mut img, 40, g.kind.code());
+    put32(&mut img, 44, g.kind.permits);
     let put64 = |img: &mut Vec<u8>, off: usize, v: u64| {
         img[off..off + 8].copy_from_slice(&v.to_le_bytes());
     };
@@ -39,8 +41,9 @@ pub fn initial_image(g: Geometry, boot_id: [u64; 2], next_ticket: u64, magic: u6
     for s in 0..n {
         let t = next_ticket.wrapping_add(s.wrapping_sub(next_ticket) & (n - 1));
         let prev_lap = lap_of(t, shift).wrapping_sub(1);
-        // The first ticket is granted in advance, as after any release.
-        let w = if t == next_ticket {
+        // The first ticket of an exclusive lock is granted in advance, as after any release;
+        // weighted kinds grant nothing in advance (see `core::weighted`).
+        let w = if t == next_ticket && !g.kind.is_weighted() {
             Word::new(lap_of(t, shift), 0, State::Ready, false)
         } else {
             Word::new(prev_lap, 0, State::Done, false)

@@ -14,7 +14,7 @@ use super::mapping::Mapping;
 use super::readonly::ReadOnlyView;
 use super::validate::{Verdict, validate_header};
 use crate::core::Geometry;
-use crate::core::layout::{DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT};
+use crate::core::layout::{DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, RecordKind};
 use crate::error::{Error, Result};
 use crate::sys::{boot_id, fs, ofd};
 
@@ -37,6 +37,10 @@ pub struct CreateOptions {
     /// it is refused before anything is written. Empty for a plain lock (which ignores the
     /// data area of any file).
     pub data_type: &'static str,
+    /// The kind of lock the opener wants: a new file is created with it, an existing one of
+    /// another kind (or, for a semaphore, another number of permits) is refused with
+    /// [`Error::KindMismatch`] before anything is written.
+    pub kind: RecordKind,
 }
 
 /// An open, validated, mapped lock file.
@@ -213,6 +217,13 @@ fn participants_alive(file: &File, path: &Path, g: Geometry) -> Result<bool> {
 /// For a `FairMutex` opener (`o.data_type` set): `Ok` only if the file's data area is exactly
 /// the one asked for. Called on every valid file before anything is written to it.
 fn check_data(path: &Path, o: &CreateOptions, g: Geometry) -> Result<()> {
+    if g.kind != o.kind {
+        return Err(Error::KindMismatch {
+            path: path.to_path_buf(),
+            found: g.kind.describe(),
+            wanted: o.kind.describe(),
+        });
+    }
     if o.data_type.is_empty() || g.data == o.data {
         Ok(())
     } else {
@@ -289,6 +300,14 @@ fn initialise_locked(
                     ),
                 }
             })?;
+            let g = g.of_kind(o.kind).ok_or_else(|| Error::InvalidOption {
+                what: format!(
+                    "a {} in a file of {} slots: permits must be 1..={}, with at least twice as many slots",
+                    o.kind.describe(),
+                    o.slots,
+                    crate::core::layout::MAX_PERMITS
+                ),
+            })?;
             initialise(file, path, g, boot, 0, Data::Zero)?;
             Ok(g)
         }
@@ -333,6 +352,7 @@ pub fn open_read_only(path: &Path) -> Result<ReadOnlyView> {
         init_wait: Some(Duration::ZERO),
         data: DataShape::NONE,
         data_type: "",
+        kind: RecordKind::EXCLUSIVE,
     };
     let file = open_file(path, &o, true)?;
     let geometry = judge(path, read_verdict(&file, path)?)?;

@@ -1,7 +1,9 @@
 //! Header validation over a copy of the file's first bytes: pure, total, never panics.
 
 use crate::core::Geometry;
-use crate::core::layout::{DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, VERSION};
+use crate::core::layout::{
+    DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, RecordKind, VERSION,
+};
 
 /// What the first bytes of a file say about it.
 #[derive(Debug, PartialEq, Eq)]
@@ -100,6 +102,12 @@ pub fn validate_header(head: &[u8], len: u64) -> Verdict {
             data.size, data.align, data.tag
         ));
     };
+    let (code, permits) = (u32_at(head, 40), u32_at(head, 44));
+    let Some(geometry) = RecordKind::decode(code, permits).and_then(|k| geometry.of_kind(k)) else {
+        return Verdict::Corrupt(format!(
+            "bad lock kind: code {code}, {permits} permits, {slots} slots"
+        ));
+    };
     let file_size = u64_at(head, 16);
     if u32_at(head, 32) as usize != geometry.participants_offset
         || u32_at(head, 36) as usize != geometry.slots_offset
@@ -171,6 +179,33 @@ mod tests {
     }
 
     #[test]
+    fn kinds_validate_and_bad_kinds_are_corrupt() {
+        use crate::core::layout::RecordKind;
+        let g = Geometry::new(8, 4).unwrap();
+        for kind in [RecordKind::RWLOCK, RecordKind::semaphore(3)] {
+            let gk = g.of_kind(kind).unwrap();
+            let mut img = initial_image(gk, [1, 2], 0, MAGIC_PENDING);
+            img[..8].copy_from_slice(&MAGIC.to_le_bytes());
+            match validate_header(&img[..HEADER_SIZE], img.len() as u64) {
+                Verdict::Valid { geometry, .. } => assert_eq!(geometry.kind, kind),
+                v => panic!("{v:?}"),
+            }
+            for (code, permits) in [(3u32, 0u32), (2, 0), (2, 5), (1, 2), (0, 1)] {
+                let mut bad = img.clone();
+                bad[40..44].copy_from_slice(&code.to_le_bytes());
+                bad[44..48].copy_from_slice(&permits.to_le_bytes());
+                assert!(
+                    matches!(
+                        validate_header(&bad[..HEADER_SIZE], bad.len() as u64),
+                        Verdict::Corrupt(_)
+                    ),
+                    "kind {code}, {permits} permits"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn data_area_validates_and_bad_shapes_are_corrupt() {
         let shape = DataShape {
             size: 24,
@@ -213,11 +248,13 @@ mod tests {
             Verdict::Foreign
         );
         let (mut img, _) = image();
-        img[8..12].copy_from_slice(&2u32.to_le_bytes());
-        assert!(matches!(
-            validate_header(&img[..HEADER_SIZE], img.len() as u64),
-            Verdict::Incompatible(_)
-        ));
+        for other in [1u32, VERSION + 1] {
+            img[8..12].copy_from_slice(&other.to_le_bytes());
+            assert!(matches!(
+                validate_header(&img[..HEADER_SIZE], img.len() as u64),
+                Verdict::Incompatible(_)
+            ));
+        }
         img[..8].copy_from_slice(&MAGIC_PENDING.to_le_bytes());
         assert_eq!(
             validate_header(&img[..HEADER_SIZE], img.len() as u64),

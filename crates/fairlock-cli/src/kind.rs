@@ -1,0 +1,160 @@
+//! Which kind of lock `fairlock run` takes — the exclusive lock, a reader or writer of a
+//! reader/writer lock (`-s`, `-x`), a semaphore's permit (`--permits N`) — and one guard type
+//! over the four grants.
+
+use std::path::Path;
+use std::time::Duration;
+
+use fairlock::{
+    Error, FairLock, FairRwLock, FairSemaphore, LockGuard, LockKind, OpenOptions, Result,
+    RwLockReadGuard, RwLockWriteGuard, SemaphorePermit,
+};
+
+use crate::RunArgs;
+
+/// An open lock of the kind the run asked for.
+pub enum Lock {
+    Exclusive(FairLock),
+    Read(FairRwLock),
+    Write(FairRwLock),
+    Permit(FairSemaphore),
+}
+
+/// A grant of any kind.
+pub enum Held<'a> {
+    Exclusive(LockGuard<'a>),
+    Read(RwLockReadGuard<'a>),
+    Write(RwLockWriteGuard<'a>),
+    Permit(SemaphorePermit<'a>),
+}
+
+/// What the run asks for, before the file is looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wanted {
+    /// No -s, -x or --permits: the file's own kind decides (a new file: exclusive).
+    Default,
+    Shared,
+    Exclusive,
+    Permits(u32),
+}
+
+fn wanted(a: &RunArgs) -> Wanted {
+    match (a.permits, a.shared, a.exclusive) {
+        (Some(n), _, _) => Wanted::Permits(n),
+        (None, true, _) => Wanted::Shared,
+        (None, false, true) => Wanted::Exclusive,
+        (None, false, false) => Wanted::Default,
+    }
+}
+
+/// Whether the run asked for anything but the plain exclusive lock (etcd has only that).
+pub fn asks_for_a_kind(a: &RunArgs) -> bool {
+    wanted(a) != Wanted::Default && wanted(a) != Wanted::Exclusive
+}
+
+/// Opens `path` as the lock the run asks for. An existing file's kind decides what no flag
+/// asked for: a reader/writer lock is taken as a writer without -s, a semaphore only with
+/// its own --permits; a new file is a reader/writer lock with -s or -x, a semaphore with
+/// --permits, else an exclusive lock.
+pub fn open(a: &RunArgs, opts: &OpenOptions, path: &Path) -> Result<Lock> {
+    let existing = fairlock::inspect(path).ok().map(|st| st.kind);
+    match (wanted(a), existing) {
+        (Wanted::Permits(n), _) => opts.open_semaphore(path, n).map(Lock::Permit),
+        (Wanted::Shared, _) => opts.open_rwlock(path).map(Lock::Read),
+        (Wanted::Exclusive | Wanted::Default, Some(LockKind::RwLock)) => {
+            opts.open_rwlock(path).map(Lock::Write)
+        }
+        (Wanted::Exclusive, None) => opts.open_rwlock(path).map(Lock::Write),
+        // An exclusive file, a new one without flags, or a semaphore without --permits (which
+        // the exclusive open refuses, naming its permits).
+        (Wanted::Exclusive | Wanted::Default, _) => opts.open(path).map(Lock::Exclusive),
+    }
+}
+
+impl Lock {
+    /// Waits in line.
+    pub fn lock(&self) -> Result<Held<'_>> {
+        Ok(match self {
+            Lock::Exclusive(l) => Held::Exclusive(l.lock()?),
+            Lock::Read(l) => Held::Read(l.read()?),
+            Lock::Write(l) => Held::Write(l.write()?),
+            Lock::Permit(s) => Held::Permit(s.acquire()?),
+        })
+    }
+
+    /// Only if granted at once (never jumping the queue).
+    pub fn try_lock(&self) -> Result<Held<'_>> {
+        Ok(match self {
+            Lock::Exclusive(l) => Held::Exclusive(l.try_lock()?),
+            Lock::Read(l) => Held::Read(l.try_read()?),
+            Lock::Write(l) => Held::Write(l.try_write()?),
+            Lock::Permit(s) => Held::Permit(s.try_acquire()?),
+        })
+    }
+
+    /// Waits in line for at most `d`.
+    pub fn lock_timeout(&self, d: Duration) -> Result<Held<'_>> {
+        Ok(match self {
+            Lock::Exclusive(l) => Held::Exclusive(l.lock_timeout(d)?),
+            Lock::Read(l) => Held::Read(l.read_timeout(d)?),
+            Lock::Write(l) => Held::Write(l.write_timeout(d)?),
+            Lock::Permit(s) => Held::Permit(s.acquire_timeout(d)?),
+        })
+    }
+
+    /// How `-v` names what was taken: "", "a read of ", "a write of ", "a permit of ".
+    pub fn what(&self) -> &'static str {
+        match self {
+            Lock::Exclusive(_) => "",
+            Lock::Read(_) => "a read of ",
+            Lock::Write(_) => "a write of ",
+            Lock::Permit(_) => "a permit of ",
+        }
+    }
+}
+
+impl Held<'_> {
+    pub fn token(&self) -> u64 {
+        match self {
+            Held::Exclusive(g) => g.token(),
+            Held::Read(g) => g.token(),
+            Held::Write(g) => g.token(),
+            Held::Permit(g) => g.token(),
+        }
+    }
+
+    pub fn owner_died(&self) -> bool {
+        match self {
+            Held::Exclusive(g) => g.owner_died(),
+            Held::Read(g) => g.owner_died(),
+            Held::Write(g) => g.owner_died(),
+            Held::Permit(g) => g.owner_died(),
+        }
+    }
+
+    pub fn check(&self) -> Result<()> {
+        match self {
+            Held::Exclusive(g) => g.check(),
+            Held::Read(g) => g.check(),
+            Held::Write(g) => g.check(),
+            Held::Permit(g) => g.check(),
+        }
+    }
+
+    /// Records "held since now" for `fairlock status` (the exclusive lock's uncontended grant
+    /// skips it; the other kinds are stamped when they are granted).
+    pub fn stamp_time(&self) {
+        if let Held::Exclusive(g) = self {
+            g.stamp_time();
+        }
+    }
+
+    pub fn unlock(self) -> std::result::Result<(), Error> {
+        match self {
+            Held::Exclusive(g) => g.unlock(),
+            Held::Read(g) => g.unlock(),
+            Held::Write(g) => g.unlock(),
+            Held::Permit(g) => g.unlock(),
+        }
+    }
+}

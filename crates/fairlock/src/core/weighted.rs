@@ -1,0 +1,676 @@
+//! The weighted FIFO of the shared kinds: a reader/writer lock (`FairRwLock`) and a counting
+//! semaphore (`FairSemaphore`). Same slots, same words, same tickets as the exclusive lock; what
+//! differs is how many tickets may hold at once.
+//!
+//! A ticket is *shared* (a reader, a permit: the word's `shared` bit) or *exclusive* (a
+//! writer). Tickets are granted strictly in ticket order while they fit: an exclusive ticket
+//! when nothing is held, a shared one when no exclusive one is held and fewer than
+//! [`LockState::capacity`] shared ones are. So consecutive readers are granted together, a
+//! writer waits for the readers ahead of it and holds back every reader behind it (task-fair
+//! FIFO with reader batching), and nobody ever overtakes anybody.
+//!
+//! # The walk
+//!
+//! [`advance`] walks from `head` (every ticket below it final, and every death before it
+//! reported) over the unfinished tickets: it counts the granted and held ones, grants each
+//! waiting one that fits, and stops at the first that does not fit or that nobody has published
+//! yet. Nothing is granted in advance: the next taker cannot be known to be a reader or a
+//! writer before it publishes. So a taker publishes and then walks itself, and a releaser
+//! stores its `Done` and then walks: two writes to two different words followed by reads of
+//! each other's word (a store-load pattern), for which each side has a `SeqCst` fence between
+//! its write and its walk. One of the two walks is then sure to see both writes and grant.
+//!
+//! Why two walkers never admit too many: a walker grants ticket `k` only with a CAS on the
+//! `Waiting` word it read, after reading every ticket from `head` to `k`. Each of those was
+//! final (it never holds again), counted as granted (it may since have finished: counting it is
+//! conservative), or was `Waiting` and granted by the walker's own CAS (a failed CAS re-reads).
+//! So the granted tickets always form a prefix of the unfinished ones, and whoever grants `k`
+//! has counted every holder that can exist before `k`; nobody can be granted after `k` before
+//! `k` is.
+//!
+//! # Deaths
+//!
+//! A dead holder is revoked (`Held → Revoked`) and a dead grantee skipped, by [`recover`],
+//! which — unlike the exclusive lock's — walks past live holders, since any of them may be
+//! dead. The news that an owner died (a `Revoked` word, or a `Skipped` one whose grant carried
+//! the news) goes to the next grant a walker makes after passing it, which gets `died` set;
+//! the walker then rewrites those news words as plain `Skipped`, so that the news is delivered
+//! once. `head` is raised only up to the first unfinished ticket *or the first news not yet
+//! delivered*, whichever comes first, so the slot of an undelivered death is not reused
+//! (`publish::may_reuse`), and a walker killed between its grant and the rewrite leaves the
+//! news to be delivered again (to a later grant: a spurious report, never a lost one).
+
+use super::advance::cas;
+use super::frontier::{MAX_STEPS, before, raise_head};
+use super::lapped;
+use super::layout::LockState;
+use super::leasing::{expired, take_over};
+use super::platform::{Liveness, Platform, Tuning};
+use super::recover::{Ahead, Watch};
+use super::word::{LapRelation, State, Word, relate};
+use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
+use crate::primitive::fence;
+
+/// How many undelivered news words one walk remembers to rewrite after delivering them; more
+/// are delivered again to later grants (spurious `owner_died`, never a lost one).
+const NEWS: usize = 8;
+
+/// What the granted tickets from `head` up to a point hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Front {
+    /// Granted or held shared tickets.
+    pub shared: u64,
+    /// Whether an exclusive ticket is granted or held.
+    pub exclusive: bool,
+}
+
+impl Front {
+    /// Whether a ticket (shared or not) may be granted next to these holders.
+    #[inline]
+    pub fn admits(&self, shared: bool, capacity: u64) -> bool {
+        !self.exclusive
+            && if shared {
+                self.shared < capacity
+            } else {
+                self.shared == 0
+            }
+    }
+
+    fn count(&mut self, w: Word) {
+        if w.shared() {
+            self.shared += 1;
+        } else {
+            self.exclusive = true;
+        }
+    }
+}
+
+/// Whether final word `w` holds news of a death not yet delivered: `Revoked`, or `Skipped`
+/// with the died flag (a grant that carried the news and was skipped).
+#[inline]
+fn is_news(w: Word) -> bool {
+    match w.state() {
+        Some(State::Revoked) => true,
+        Some(State::Skipped) => w.died(),
+        _ => false,
+    }
+}
+
+/// Grants every waiting ticket that fits, in ticket order, from `head`; see the module notes.
+/// Anyone may run it at any time; it is how a weighted lock's release, abandonment, recovery
+/// and publication pass the lock on.
+pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
+    // SeqCst: the store-load fence with the caller's write just before (a release's `Done`, a
+    // publication's `Waiting`, an abandonment): pairs with the same fence of the walk that
+    // follows the other party's write, so at least one of the two walks sees both.
+    fence(SeqCst);
+    let head = st.header().head.load(Acquire);
+    let cap = st.capacity();
+    let mut front = Front::default();
+    let mut news: [Option<(u64, Word)>; NEWS] = [None; NEWS];
+    let mut news_count = 0usize;
+    let mut undelivered = false;
+    // Where `head` may go: the first unfinished ticket or the first undelivered news.
+    let mut unfinished: Option<u64> = None;
+    let mut first_news: Option<u64> = None;
+    let mut h = head;
+    let mut steps = 0u64;
+    while steps < MAX_STEPS {
+        steps += 1;
+        let slot = st.slot(h);
+        let lap = st.lap(h);
+        // Acquire: pairs with the Release CAS or store that wrote the word (a release, a
+        // grant, a publication), so a grant we make carries what the releasers did.
+        let w = Word(slot.word.load(Acquire));
+        let Some(state) = w.state() else { break };
+        match relate(w.lap(), lap) {
+            LapRelation::Same => {}
+            // The slot was reused by a later ticket: `h` is final, and its news (if any) was
+            // delivered before the reuse (`may_reuse`).
+            LapRelation::Later => {
+                h = h.wrapping_add(1);
+                continue;
+            }
+            LapRelation::Previous if state.is_final() => {
+                // Taken (maybe) but not published: nobody behind it may go first. A lapped
+                // taker that gave up or died is passed at once (`recover` passes one that
+                // stays unpublished for the grace).
+                if lapped::gone(slot, lap, p) {
+                    let skipped = Word::new(lap, 0, State::Skipped, false);
+                    if cas(slot, w, skipped) {
+                        h = h.wrapping_add(1);
+                    }
+                    continue;
+                }
+                unfinished.get_or_insert(h);
+                break;
+            }
+            LapRelation::Previous | LapRelation::Behind => {
+                unfinished.get_or_insert(h);
+                break;
+            }
+        }
+        match state {
+            State::Done | State::Abandoned | State::Skipped | State::Revoked => {
+                if is_news(w) {
+                    undelivered = true;
+                    first_news.get_or_insert(h);
+                    if news_count < NEWS {
+                        news[news_count] = Some((h, w));
+                        news_count += 1;
+                    }
+                }
+                h = h.wrapping_add(1);
+            }
+            State::Granted | State::Held => {
+                unfinished.get_or_insert(h);
+                front.count(w);
+                h = h.wrapping_add(1);
+            }
+            State::Waiting | State::Sleeping => {
+                unfinished.get_or_insert(h);
+                if !front.admits(w.shared(), cap) {
+                    break;
+                }
+                let granted = w.with_state(State::Granted).with_died(undelivered);
+                if !cas(slot, w, granted) {
+                    continue; // changed under us: look again
+                }
+                crate::crash_point!("weighted.granted");
+                if state == State::Sleeping {
+                    p.wake(&slot.word);
+                }
+                if undelivered {
+                    // Delivered: rewrite the news words so that nobody reports them again.
+                    for (t, nw) in news.iter().take(news_count).flatten() {
+                        let _ = cas(
+                            st.slot(*t),
+                            *nw,
+                            Word::new(nw.lap(), nw.participant(), State::Skipped, false)
+                                .with_shared(nw.shared()),
+                        );
+                    }
+                    // Beyond what we remember, the news stays (and `head` below it).
+                    undelivered = news_count == NEWS;
+                    if !undelivered {
+                        first_news = None;
+                    }
+                    news_count = 0;
+                }
+                front.count(granted);
+                h = h.wrapping_add(1);
+            }
+            // Never written in a weighted file (nothing is granted in advance): a corrupt
+            // file, or one whose kind changed under a walker. Count it as the whole lock.
+            State::Ready => {
+                unfinished.get_or_insert(h);
+                front.exclusive = true;
+                h = h.wrapping_add(1);
+            }
+        }
+    }
+    // The walk ended at `h` (the first ticket not passed); `head` goes up to the first
+    // unfinished ticket or undelivered news before it, else to `h`.
+    let to = match (unfinished, first_news) {
+        (Some(u), Some(n)) => {
+            if before(n, u) {
+                n
+            } else {
+                u
+            }
+        }
+        (Some(u), None) => u,
+        (None, Some(n)) => n,
+        (None, None) => h,
+    };
+    raise_head(st, to);
+}
+
+/// Whether ticket `me` (a shared one if `shared`) could be granted now: every unfinished
+/// ticket before it is granted or held, and it fits next to them. For `try_*`, after a
+/// [`recover`]; a race with other takers may still leave it waiting (then it gives up).
+pub fn admits(st: &LockState<'_>, me: u64, shared: bool) -> bool {
+    let mut front = Front::default();
+    // Acquire: as in `advance`.
+    let mut h = st.header().head.load(Acquire);
+    for _ in 0..MAX_STEPS {
+        if !before(h, me) {
+            return front.admits(shared, st.capacity());
+        }
+        let w = Word(st.slot(h).word.load(Acquire));
+        match (relate(w.lap(), st.lap(h)), w.state()) {
+            (LapRelation::Later, _) => {}
+            (LapRelation::Same, Some(s)) if s.is_final() => {}
+            (LapRelation::Same, Some(State::Granted | State::Held)) => front.count(w),
+            _ => return false,
+        }
+        h = h.wrapping_add(1);
+    }
+    false
+}
+
+/// The weighted form of [`crate::core::recover()`]: looks at every ticket from `head` to `me`
+/// and fixes what is stuck — a dead holder revoked, a holder whose lease expired taken over, a
+/// dead grantee or waiter skipped, a ticket taken but not published within the grace (its
+/// taker died in between) skipped — walking past live holders, since a dead one may hide
+/// behind them. Then walks ([`advance`]) so that whatever fits is granted.
+pub fn recover<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    me: u64,
+    watch: &mut Watch<'_>,
+    tuning: &Tuning,
+) -> Ahead {
+    let start = st.header().head.load(Relaxed);
+    let mut h = start;
+    let mut busy = false;
+    for _ in 0..MAX_STEPS {
+        if !before(h, me) {
+            break;
+        }
+        let slot = st.slot(h);
+        let lap = st.lap(h);
+        // Acquire: as in `advance`.
+        let w = Word(slot.word.load(Acquire));
+        let Some(state) = w.state() else {
+            return Ahead::Busy;
+        };
+        match relate(w.lap(), lap) {
+            LapRelation::Later => {
+                h = h.wrapping_add(1);
+                continue;
+            }
+            LapRelation::Previous if state.is_final() => {
+                // Taken, not published. Its taker publishes within nanoseconds unless it died
+                // or stalls; after the grace (or at once, if its lapped record says it gave up
+                // or died) the ticket is skipped, and a stalled taker takes another.
+                let next = st.header().next_ticket.load(Relaxed);
+                if !before(h, next) {
+                    break;
+                }
+                let unpublished = watch.observe((h, w.0, 1), p.now_ns());
+                if unpublished < tuning.grace_ns && !lapped::gone(slot, lap, p) {
+                    advance(st, p);
+                    return Ahead::Unclaimed(unpublished);
+                }
+                if cas(slot, w, Word::new(lap, 0, State::Skipped, false)) {
+                    crate::crash_point!("weighted.unpublished_skipped");
+                }
+                continue;
+            }
+            LapRelation::Previous | LapRelation::Behind => return Ahead::Busy,
+            LapRelation::Same => {}
+        }
+        let dead = || p.liveness(w.participant()) == Liveness::Dead;
+        match state {
+            State::Done | State::Abandoned | State::Skipped | State::Revoked => {}
+            State::Waiting | State::Sleeping => {
+                if dead() {
+                    if !cas(slot, w, w.with_state(State::Skipped)) {
+                        continue;
+                    }
+                } else {
+                    // A live waiter ahead: whether it can go is the walk's business.
+                    busy = true;
+                    break;
+                }
+            }
+            State::Granted | State::Held => {
+                if dead() {
+                    let to = if state == State::Held {
+                        State::Revoked
+                    } else {
+                        State::Skipped
+                    };
+                    if !cas(slot, w, w.with_state(to)) {
+                        continue;
+                    }
+                    crate::crash_point!("weighted.dead_holder_passed");
+                } else if let Some(f) = w.leased().then(|| expired(st, p, h, w, watch)).flatten() {
+                    take_over(st, p, h, w, f);
+                    continue;
+                } else {
+                    busy = true;
+                }
+            }
+            State::Ready => return Ahead::Busy,
+        }
+        h = h.wrapping_add(1);
+    }
+    advance(st, p);
+    if busy { Ahead::Busy } else { Ahead::Clear }
+}
+
+/// Whether this thread's acquiring ticket `me` of a reader/writer lock would wait for itself:
+/// a ticket of participant `participant` and thread `tid` held before it in a way that blocks
+/// it (a writer behind its own read, or anything behind its own write). Threads are told apart
+/// by the informational `tid` stamp, which the holder wrote when it claimed.
+pub fn holds_already(st: &LockState<'_>, participant: u32, tid: u32) -> bool {
+    // Acquire: as in `advance`.
+    let mut h = st.header().head.load(Acquire);
+    let next = st.header().next_ticket.load(Relaxed);
+    for _ in 0..st.slot_count() {
+        if !before(h, next) {
+            break;
+        }
+        let slot = st.slot(h);
+        let w = Word(slot.word.load(Acquire));
+        if relate(w.lap(), st.lap(h)) == LapRelation::Same
+            && matches!(w.state(), Some(State::Held | State::Granted))
+            && w.participant() == participant
+            && slot.tid.load(Relaxed) == tid
+            && slot.stamp.load(Relaxed) == h.wrapping_add(1)
+        {
+            return true;
+        }
+        h = h.wrapping_add(1);
+    }
+    false
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::core::layout::{OwnedState, RecordKind};
+    use crate::core::model::ModelPlatform;
+    use crate::core::{Claim, Me, claim_granted, lock, release, try_lock};
+
+    fn me(participant: u32, shared: bool) -> Me {
+        Me {
+            participant,
+            tid: 100 + participant,
+            lease_ms: None,
+            shared,
+        }
+    }
+
+    fn state_of(st: &LockState<'_>, t: u64) -> Option<State> {
+        let w = Word(st.slot(t).word.load(Relaxed));
+        (relate(w.lap(), st.lap(t)) == LapRelation::Same)
+            .then(|| w.state())
+            .flatten()
+    }
+
+    /// Takes a ticket and publishes it (as `publish` does, walk included), without waiting.
+    fn enqueue(st: &LockState<'_>, p: &ModelPlatform, who: &Me) -> u64 {
+        let t = st.header().next_ticket.fetch_add(1, Relaxed);
+        let slot = st.slot(t);
+        let w = Word(slot.word.load(Relaxed));
+        assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);
+        let waiting =
+            Word::new(st.lap(t), who.participant, State::Waiting, false).with_shared(who.shared);
+        assert!(cas(slot, w, waiting));
+        advance(st, p);
+        t
+    }
+
+    fn claim(st: &LockState<'_>, p: &ModelPlatform, t: u64, who: &Me) -> crate::core::Grant {
+        match claim_granted(st, p, t, who).unwrap() {
+            Claim::Held(g) => g,
+            other => panic!("ticket {t} not granted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn readers_hold_together_and_a_writer_keeps_later_readers_back() {
+        let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
+        let st = o.view();
+        let p = ModelPlatform::new(1);
+        let t = Tuning::default();
+        let r1 = lock(&st, &p, &me(1, true), None, &t).unwrap();
+        let r2 = lock(&st, &p, &me(2, true), None, &t).unwrap();
+        assert_eq!((r1.ticket, r2.ticket), (0, 1));
+        let w = enqueue(&st, &p, &me(3, false));
+        let r3 = enqueue(&st, &p, &me(4, true));
+        assert_eq!(state_of(&st, w), Some(State::Waiting));
+        assert_eq!(
+            state_of(&st, r3),
+            Some(State::Waiting),
+            "a reader after a writer waits"
+        );
+        release(&st, &p, &r1, 1).unwrap();
+        assert_eq!(
+            state_of(&st, w),
+            Some(State::Waiting),
+            "one reader still holds"
+        );
+        release(&st, &p, &r2, 2).unwrap();
+        assert_eq!(state_of(&st, w), Some(State::Granted));
+        assert_eq!(state_of(&st, r3), Some(State::Waiting));
+        let wg = claim(&st, &p, w, &me(3, false));
+        assert!(wg.token() > r2.token());
+        release(&st, &p, &wg, 3).unwrap();
+        assert_eq!(state_of(&st, r3), Some(State::Granted));
+    }
+
+    #[test]
+    fn a_semaphore_admits_its_permits_in_order_and_a_dead_holders_permit_comes_back() {
+        let o = OwnedState::of_kind(8, 8, RecordKind::semaphore(2));
+        let st = o.view();
+        let p = ModelPlatform::new(1);
+        let t = Tuning::default();
+        let a = lock(&st, &p, &me(1, true), None, &t).unwrap();
+        let b = lock(&st, &p, &me(2, true), None, &t).unwrap();
+        let c = enqueue(&st, &p, &me(3, true));
+        let d = enqueue(&st, &p, &me(4, true));
+        assert_eq!(state_of(&st, c), Some(State::Waiting));
+        assert!(try_lock(&st, &p, &me(5, true), &t).unwrap().is_none());
+        p.set_dead(2, true);
+        let mut watch = Watch::default();
+        assert_eq!(recover(&st, &p, d, &mut watch, &t), Ahead::Busy);
+        // Revoked, its news delivered to c's grant, then rewritten so nobody reports it again.
+        let bw = Word(st.slot(b.ticket).word.load(Relaxed));
+        assert_eq!((bw.state(), bw.died()), (Some(State::Skipped), false));
+        let cg = claim(&st, &p, c, &me(3, true));
+        assert!(cg.died, "the grant after a death reports it");
+        assert_eq!(
+            state_of(&st, d),
+            Some(State::Waiting),
+            "two permits held: a and c"
+        );
+        release(&st, &p, &a, 1).unwrap();
+        let dg = claim(&st, &p, d, &me(4, true));
+        assert!(!dg.died, "the death was reported once");
+        release(&st, &p, &cg, 3).unwrap();
+        release(&st, &p, &dg, 4).unwrap();
+        let e = try_lock(&st, &p, &me(5, true), &t).unwrap().expect("free");
+        assert!(!e.died);
+    }
+
+    #[test]
+    fn try_never_jumps_a_waiting_writer() {
+        let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
+        let st = o.view();
+        let p = ModelPlatform::new(1);
+        let t = Tuning::default();
+        let r1 = try_lock(&st, &p, &me(1, true), &t).unwrap().expect("free");
+        let r2 = try_lock(&st, &p, &me(2, true), &t)
+            .unwrap()
+            .expect("readers share");
+        assert!(try_lock(&st, &p, &me(3, false), &t).unwrap().is_none());
+        let w = enqueue(&st, &p, &me(3, false));
+        assert!(
+            try_lock(&st, &p, &me(4, true), &t).unwrap().is_none(),
+            "a reader may not pass a waiting writer"
+        );
+        release(&st, &p, &r1, 1).unwrap();
+        release(&st, &p, &r2, 2).unwrap();
+        assert_eq!(state_of(&st, w), Some(State::Granted));
+    }
+
+    #[test]
+    fn a_writer_that_gives_up_lets_the_readers_behind_it_in() {
+        let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
+        let st = o.view();
+        let p = ModelPlatform::new(1);
+        let t = Tuning::default();
+        let _r1 = lock(&st, &p, &me(1, true), None, &t).unwrap();
+        let w = enqueue(&st, &p, &me(2, false));
+        let r2 = enqueue(&st, &p, &me(3, true));
+        assert_eq!(state_of(&st, r2), Some(State::Waiting));
+        // The writer times out: as `wait_for_grant` does, abandon and walk.
+        let slot = st.slot(w);
+        let ww = Word(slot.word.load(Relaxed));
+        assert!(cas(slot, ww, ww.with_state(State::Abandoned)));
+        advance(&st, &p);
+        assert_eq!(state_of(&st, r2), Some(State::Granted));
+        // And through the real wait: a writer with a deadline already past.
+        let e = lock(&st, &p, &me(4, false), Some(0), &t);
+        assert_eq!(e, Err(crate::core::WaitError::Timeout));
+        let r3 = lock(&st, &p, &me(5, true), Some(0), &t).expect("nothing but readers ahead");
+        assert!(r3.ticket > w);
+    }
+
+    #[test]
+    fn a_ticket_taken_but_never_published_is_passed_after_the_grace() {
+        let o = OwnedState::of_kind(8, 8, RecordKind::semaphore(1));
+        let st = o.view();
+        let p = ModelPlatform::new(1);
+        let t = Tuning::default();
+        // A taker that died between its ticket and its publication.
+        let lost = st.header().next_ticket.fetch_add(1, Relaxed);
+        let b = enqueue(&st, &p, &me(2, true));
+        assert_eq!(state_of(&st, b), Some(State::Waiting));
+        let mut watch = Watch::default();
+        assert!(matches!(
+            recover(&st, &p, b, &mut watch, &t),
+            Ahead::Unclaimed(_)
+        ));
+        p.advance(t.grace_ns + 1);
+        recover(&st, &p, b, &mut watch, &t);
+        assert_eq!(state_of(&st, lost), Some(State::Skipped));
+        assert_eq!(state_of(&st, b), Some(State::Granted));
+    }
+
+    #[test]
+    fn a_dead_reader_is_revoked_past_live_ones() {
+        let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
+        let st = o.view();
+        let p = ModelPlatform::new(1);
+        let t = Tuning::default();
+        let _r1 = lock(&st, &p, &me(1, true), None, &t).unwrap();
+        let r2 = lock(&st, &p, &me(2, true), None, &t).unwrap();
+        let w = enqueue(&st, &p, &me(3, false));
+        p.set_dead(2, true);
+        let mut watch = Watch::default();
+        assert_eq!(recover(&st, &p, w, &mut watch, &t), Ahead::Busy);
+        assert_eq!(state_of(&st, r2.ticket), Some(State::Revoked));
+        assert_eq!(
+            state_of(&st, w),
+            Some(State::Waiting),
+            "the live reader still holds"
+        );
+    }
+
+    #[test]
+    fn a_thread_holding_the_rwlock_is_found() {
+        let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
+        let st = o.view();
+        let p = ModelPlatform::new(1);
+        let t = Tuning::default();
+        let r = lock(&st, &p, &me(1, true), None, &t).unwrap();
+        assert!(holds_already(&st, 1, 101));
+        assert!(!holds_already(&st, 1, 102) && !holds_already(&st, 2, 101));
+        release(&st, &p, &r, 1).unwrap();
+        assert!(!holds_already(&st, 1, 101));
+    }
+
+    #[test]
+    fn admission() {
+        let none = Front::default();
+        assert!(none.admits(true, 1) && none.admits(false, 1));
+        let readers = Front {
+            shared: 2,
+            exclusive: false,
+        };
+        assert!(readers.admits(true, 3) && !readers.admits(true, 2));
+        assert!(!readers.admits(false, 3));
+        let writer = Front {
+            shared: 0,
+            exclusive: true,
+        };
+        assert!(!writer.admits(true, 8) && !writer.admits(false, 8));
+    }
+
+    #[test]
+    fn news_words() {
+        let w = Word::new(3, 1, State::Revoked, false);
+        assert!(is_news(w));
+        assert!(is_news(w.with_state(State::Skipped).with_died(true)));
+        assert!(!is_news(w.with_state(State::Skipped)));
+        assert!(!is_news(w.with_state(State::Done).with_died(true)));
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod stress {
+    use super::*;
+    use crate::core::layout::{OwnedState, RecordKind};
+    use crate::core::model::ModelPlatform;
+    use crate::core::{Claim, Me, Published, claim_granted, lock, publish, release};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    fn me(participant: u32) -> Me {
+        Me {
+            participant,
+            tid: participant,
+            lease_ms: None,
+            shared: true,
+        }
+    }
+
+    /// The shape of the loom model `a_permit_comes_back_while_two_queue` with publication
+    /// racing too (too big a state space for loom), on real threads: a semaphore of one
+    /// permit, its holder releasing while two takers publish; waiters that never recover, so
+    /// a lost grant shows as a stall (failed after 2 s) rather than a poll's delay.
+    #[test]
+    fn a_permit_returned_while_two_publish_is_never_lost() {
+        for round in 0..3000 {
+            let o = Arc::new(OwnedState::of_kind(4, 4, RecordKind::semaphore(1)));
+            let p = Arc::new(ModelPlatform::new(1));
+            let held = lock(&o.view(), &*p, &me(1), None, &Tuning::default()).unwrap();
+            let threads: Vec<_> = (0..3u32)
+                .map(|k| {
+                    let (o, p) = (o.clone(), p.clone());
+                    std::thread::spawn(move || {
+                        let st = o.view();
+                        if k == 0 {
+                            release(&st, &*p, &held, 1).unwrap();
+                            return;
+                        }
+                        let who = me(k + 1);
+                        let t = st.header().next_ticket.fetch_add(1, Relaxed);
+                        let tuning = Tuning::default();
+                        let mut watch = Watch::default();
+                        let Ok(Published::Waiting(_)) =
+                            publish(&st, &*p, t, &who, None, &tuning, &mut watch)
+                        else {
+                            panic!("ticket {t} not waiting");
+                        };
+                        let start = Instant::now();
+                        loop {
+                            match claim_granted(&st, &*p, t, &who).unwrap() {
+                                Claim::Held(g) => {
+                                    release(&st, &*p, &g, k + 1).unwrap();
+                                    return;
+                                }
+                                Claim::Lost => panic!("ticket {t} skipped"),
+                                Claim::NotGranted(_) => {
+                                    assert!(
+                                        start.elapsed() < Duration::from_secs(2),
+                                        "round {round}: ticket {t} never granted"
+                                    );
+                                    std::thread::yield_now();
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+        }
+    }
+}
