@@ -1,6 +1,8 @@
 //! `lockbench`: fairlock against a robust process-shared pthread mutex, `flock`, OFD locks,
 //! `std::sync::Mutex` and `parking_lot::Mutex`, run interleaved (ABBA rounds), printed as
-//! markdown tables with absolute figures and ratios to each peer.
+//! markdown tables with absolute figures and ratios to each peer; and the shared kinds
+//! (`rw`, `semaphore`: see `shared_kinds.rs`) against `pthread_rwlock_t`, `flock -s` and
+//! `sem_open`. Scenario names on the command line run only those.
 //!
 //! ```text
 //! CARGO_TARGET_DIR=/work/target-bench cargo run --release -p fairlock-bench --example lockbench -- [--quick]
@@ -10,6 +12,7 @@
 //! (`--worker ...`) for the multi-process scenarios and the crash-recovery trials.
 
 mod competitors;
+mod shared_kinds;
 mod util;
 
 use std::path::{Path, PathBuf};
@@ -199,6 +202,12 @@ fn main() {
     }
     if run("crash") {
         crash(&ctx);
+    }
+    if run("rw") {
+        shared_kinds::rw(&ctx);
+    }
+    if run("semaphore") {
+        shared_kinds::semaphore(&ctx);
     }
     println!("_Total run time: {:.1} s._", (now_ns() - t0) as f64 / 1e9);
     let _ = std::fs::remove_dir_all(&ctx.dir);
