@@ -176,6 +176,33 @@ impl Cluster {
         }
     }
 
+    /// Waits until member `i` itself serves a linearizable read (`etcdctl endpoint health`
+    /// against it alone): it runs, has caught up and is in touch with a leader. A restarted
+    /// member that is only running is not yet part of a quorum; killing another member before
+    /// it is would leave the cluster without one for a moment.
+    pub fn wait_member_ready(&self, i: usize, limit: Duration) {
+        let start = Instant::now();
+        let endpoint = format!("127.0.0.1:{}", self.members[i].client);
+        loop {
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints={endpoint}"))
+                .arg("--command-timeout=2s")
+                .args(["endpoint", "health"])
+                .output()
+                .expect("run etcdctl (is etcd-client installed?)");
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "etcd member {i} ({endpoint}) not healthy after {limit:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// SIGKILLs member `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].child.take() {
