@@ -246,6 +246,7 @@ impl<'a> LockGuard<'a> {
     /// Revokes our own grant: the next holder is told the owner died.
     fn give_up_as_dead(&self) -> Result<()> {
         let sh = self.shared;
+        self.end_leased_share();
         // Relaxed: as in `release`. Before the revocation, as for a release.
         if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
             sh.hold.depth.store(0, Relaxed);
@@ -265,9 +266,20 @@ impl<'a> LockGuard<'a> {
     }
 
     /// A grant with a lease is released with a CAS (a takeover may race it).
+    /// A leased grant of a weighted kind ends: its process may take another (see
+    /// `FairLock::one_leased_share`).
+    fn end_leased_share(&self) {
+        let sh = self.shared;
+        if self.lease_ms.is_some() && sh.is_current() && sh.state().is_weighted() {
+            // Relaxed: a process-local count.
+            sh.leased_shares.store(0, Relaxed);
+        }
+    }
+
     #[cold]
     fn release_leased(&self) -> Result<()> {
         let sh = self.shared;
+        self.end_leased_share();
         core::release(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
             .map_err(|_| self.lost())
     }

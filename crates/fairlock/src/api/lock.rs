@@ -379,6 +379,7 @@ impl FairLock {
         let tid = thread::current_tid();
         let st = sh.state();
         self.refuse_reentry(sh, tid)?;
+        self.one_leased_share(sh)?;
         let me = Me {
             shared,
             ..self.me(sh, tid)
@@ -388,8 +389,42 @@ impl FairLock {
         let t = st.header().next_ticket.fetch_add(1, Relaxed);
         crate::crash_point!("acquire.ticket_taken");
         let g = core::lock_watched(&st, &sh.platform(), &me, deadline, &self.tuning, t, watch)
-            .map_err(|e| wait_error(sh, e))?;
+            .map_err(|e| {
+                self.leased_share_ended(sh);
+                wait_error(sh, e)
+            })?;
         Ok(LockGuard::new(sh, g, tid, self.lease_ms))
+    }
+
+    /// A process holds at most one *leased* grant of a weighted kind at a time: the lease
+    /// deadline lives in the participant entry, one per process, so a second leased read or
+    /// permit would shorten or lengthen the first one's lease (review finding). Refused with
+    /// `InvalidOption` rather than waited for (it could be this very thread's).
+    fn one_leased_share(&self, sh: &Shared) -> Result<()> {
+        if self.lease_ms.is_none() {
+            return Ok(());
+        }
+        // Relaxed: a process-local count; the grant itself is ordered by the lock.
+        if sh
+            .leased_shares
+            .compare_exchange(0, 1, Relaxed, Relaxed)
+            .is_err()
+        {
+            return Err(Error::InvalidOption {
+                what: format!(
+                    "{}: this process already holds (or is acquiring) a leased grant of it; a process may hold one leased read, write or permit of a file at a time (without a lease, any number)",
+                    sh.path.display()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The leased grant counted by [`FairLock::one_leased_share`] ended (or was never made).
+    fn leased_share_ended(&self, sh: &Shared) {
+        if self.lease_ms.is_some() {
+            sh.leased_shares.store(0, Relaxed);
+        }
     }
 
     /// `try_*` of a weighted kind: only if granted at once, never jumping the queue.
@@ -397,16 +432,24 @@ impl FairLock {
         let sh = self.shared()?;
         let tid = thread::current_tid();
         self.refuse_reentry(sh, tid)?;
+        self.one_leased_share(sh)?;
         let me = Me {
             shared,
             ..self.me(sh, tid)
         };
         let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);
-        match r.map_err(|e| wait_error(sh, e))? {
-            Some(g) => Ok(LockGuard::new(sh, g, tid, self.lease_ms)),
-            None => Err(Error::WouldBlock {
-                path: sh.path.clone(),
-            }),
+        match r {
+            Ok(Some(g)) => Ok(LockGuard::new(sh, g, tid, self.lease_ms)),
+            Ok(None) => {
+                self.leased_share_ended(sh);
+                Err(Error::WouldBlock {
+                    path: sh.path.clone(),
+                })
+            }
+            Err(e) => {
+                self.leased_share_ended(sh);
+                Err(wait_error(sh, e))
+            }
         }
     }
 

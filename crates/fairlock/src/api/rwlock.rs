@@ -19,9 +19,14 @@ use crate::error::Result;
 /// phase-fair). `try_read` and `try_write` never jump the queue.
 ///
 /// A dead reader's or writer's grant is recovered like a dead `FairLock` holder's, and the
-/// next grant learns it through `owner_died()`. Leases (see [`OpenOptions::lease`]) work for
-/// readers and writers. Fencing tokens strictly increase over grants: a write's token exceeds
-/// that of every grant before it.
+/// next grant learns it through `owner_died()` (every reader of the batch granted after a dead
+/// writer is told). Leases (see [`OpenOptions::lease`]) work for readers and writers; a process
+/// holds at most one *leased* grant of a file at a time (a second is refused with
+/// [`Error::InvalidOption`](crate::Error::InvalidOption); unleased grants are not limited).
+/// Fencing tokens strictly increase over grants: a write's token exceeds that of every grant
+/// before it. A reader whose slot is still held by a read taken `N` tickets before (`N` = the
+/// file's slots) takes another ticket rather than wait for it, which may let the few tickets
+/// taken in between go first.
 ///
 /// A thread that holds the lock (either way) and asks for it again gets
 /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock): it would wait behind itself.

@@ -14,7 +14,8 @@ use crate::error::Result;
 /// acquisition; nobody overtakes anybody).
 ///
 /// A dead holder's permit comes back (the next grant learns it through `owner_died()`), leases
-/// work as for [`FairLock`], and tokens strictly increase over grants. The number of permits is
+/// work as for [`FairLock`] (a process holds at most one *leased* permit of a file at a time;
+/// unleased permits are not limited), and tokens strictly increase over grants. The number of permits is
 /// fixed when the file is created: opening it with another number is refused with
 /// [`Error::KindMismatch`](crate::Error::KindMismatch), which names both. One thread may hold
 /// several permits.

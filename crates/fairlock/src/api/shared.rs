@@ -40,6 +40,10 @@ pub(crate) struct Shared {
     pub(crate) fork_generation: u64,
     /// This process's lock for writing its lease deadline (see `core::lease`).
     lease_lock: Mutex<()>,
+    /// Leased grants of a weighted kind this process holds or is acquiring: at most one, as
+    /// the lease deadline lives in the participant entry, one per process (see
+    /// `FairLock::acquire_weighted`).
+    pub(crate) leased_shares: AtomicU32,
     /// Which of our threads holds the lock; written on every grant.
     pub(crate) hold: Hold,
 }
@@ -149,6 +153,7 @@ impl Shared {
             participant,
             fork_generation,
             lease_lock: Mutex::new(()),
+            leased_shares: AtomicU32::new(0),
             hold: Hold {
                 owner: AtomicU64::new(0),
                 ticket: AtomicU64::new(0),

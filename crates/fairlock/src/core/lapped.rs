@@ -105,8 +105,9 @@ pub(crate) fn register(slot: &Slot, lap: u64, participant: u32) {
 
 /// The lapped taker of lap `lap` gives its ticket up (a timeout): after this it never looks at
 /// the slot again. Extends the run of given-up laps that ends just before ours, or starts one
-/// in our own entry or a free one; a few tries, then none (its ticket costs a grace).
-pub(crate) fn give_up(slot: &Slot, lap: u64, participant: u32) {
+/// in our own entry or a free one; a few tries, then none (its ticket costs a grace). True if
+/// the giving up is recorded.
+pub(crate) fn give_up(slot: &Slot, lap: u64, participant: u32) -> bool {
     let ours = Word::new(lap, participant, State::Waiting, false);
     let run_of_one = Word::new(lap, 0, State::Abandoned, false);
     for _ in 0..4 {
@@ -126,7 +127,7 @@ pub(crate) fn give_up(slot: &Slot, lap: u64, participant: u32) {
                         let _ = e.compare_exchange(r.0, 0, Relaxed, Relaxed);
                     }
                 }
-                return;
+                return true;
             }
             continue;
         }
@@ -139,12 +140,13 @@ pub(crate) fn give_up(slot: &Slot, lap: u64, participant: u32) {
                 if e.compare_exchange(r.0, run_of_one.0, Relaxed, Relaxed)
                     .is_ok()
                 {
-                    return;
+                    return true;
                 }
             }
-            None => return,
+            None => return false,
         }
     }
+    false
 }
 
 /// Whether an entry says the taker of the ticket of lap `lap` in this slot is gone (gave up, or

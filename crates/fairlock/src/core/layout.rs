@@ -169,8 +169,14 @@ pub struct Header {
     pub reserved1: AtomicU32,
     /// Type tag of the data (FNV-1a of `std::any::type_name::<T>()`), 0 without data.
     pub data_tag: AtomicU64,
+    /// Weighted kinds only: deaths found so far (a holder revoked, a grant skipped), counted
+    /// by whoever passes their word first (see [`crate::core::weighted`]); 0 otherwise.
+    pub deaths: AtomicU64,
+    /// Weighted kinds only: the value of `deaths` the latest grant that told `owner_died`
+    /// saw; a grant is told while `deaths` is ahead of it.
+    pub told: AtomicU64,
     /// Reserved: pads `head`'s line.
-    pub pad2: [AtomicU64; 3],
+    pub pad2: [AtomicU64; 1],
 }
 
 /// One process taking part in the lock. Entry `i` belongs to whichever process holds an OFD
@@ -240,6 +246,8 @@ const _: () = {
     assert!(offset_of!(Header, data_size) == 144);
     assert!(offset_of!(Header, data_align) == 152);
     assert!(offset_of!(Header, data_tag) == 160);
+    assert!(offset_of!(Header, deaths) == 168);
+    assert!(offset_of!(Header, told) == 176);
     assert!(size_of::<Participant>() == PARTICIPANT_SIZE);
     assert!(offset_of!(Participant, pid) == 8);
     assert!(offset_of!(Participant, claimed_at) == 16);
@@ -554,6 +562,8 @@ impl Header {
             data_align: AtomicU32::new(0),
             reserved1: AtomicU32::new(0),
             data_tag: AtomicU64::new(0),
+            deaths: AtomicU64::new(0),
+            told: AtomicU64::new(0),
             pad2: zeroed_u64s(),
         }
     }

@@ -71,6 +71,8 @@ pub mod word;
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+#[cfg(all(test, not(loom)))]
+mod weighted_review;
 
 pub use advance::advance;
 pub use claim::{Claim, claim_granted, claim_ready};

@@ -100,6 +100,23 @@ pub fn publish<P: Platform>(
                     return Ok(Published::Waiting(waiting));
                 }
             }
+            LapRelation::Previous | LapRelation::Behind
+                if st.is_weighted()
+                    && me.shared
+                    && w.shared()
+                    && matches!(state, State::Held | State::Granted)
+                    && watch.may_retake()
+                    && lapped::give_up(slot, lap, me.participant) =>
+            {
+                // A share (a read, a permit) taken N tickets before ours still holds our slot.
+                // Waiting for it would hold up everyone behind us although we may well fit
+                // next to it (one long read would stop all reads N tickets later): give the
+                // ticket up — recorded, so walks pass it at once — and take a new one. This
+                // costs arrival order by the tickets taken meanwhile, only in this case.
+                advance(st, p, t, false);
+                crate::crash_point!("weighted.retake");
+                return Ok(Published::Skipped);
+            }
             LapRelation::Previous | LapRelation::Behind => {
                 // More than N tickets are outstanding and an earlier ticket (t - N, or t - kN
                 // with more than kN outstanding) still uses the slot, or is final but no grant
@@ -152,6 +169,13 @@ fn carries_death(w: Word) -> bool {
 #[inline]
 fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool {
     if !carries_death(prev) {
+        return true;
+    }
+    if st.is_weighted() {
+        // The weighted kinds keep deaths in the header's counter: count this one, and the
+        // word may go (waiting for a grant to pass it could wait for ever: nothing may be
+        // grantable before this very ticket publishes).
+        super::weighted::count_replaced_news(st, prev);
         return true;
     }
     // Acquire: pairs with the Release raise of `head` in `advance`, made after the grant that

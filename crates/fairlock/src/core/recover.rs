@@ -18,27 +18,38 @@ use super::platform::{Liveness, Platform, Tuning};
 use super::word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{Acquire, Relaxed};
 
+/// What a [`Watch`] times: (ticket, word, lease field) as observed.
+type Key = (u64, u64, u64);
+
 /// What one acquirer has been watching, to time graces and pending leases locally (no shared
 /// clock is trusted for those), and what may make it stop waiting early: a caller's hook,
 /// asked after every wake-up (see [`Watch::interruptible`]).
 #[derive(Default)]
 pub struct Watch<'a> {
-    seen: Option<(u64, u64, u64)>,
-    since_ns: u64,
+    /// What was observed since when: up to four (ticket, word, lease field) keys at once (a
+    /// weighted recovery times several granted or unpublished tickets in one pass; one key
+    /// would make each reset the other's timer).
+    seen: [Option<(Key, u64)>; 4],
     interrupt: Option<&'a mut dyn FnMut() -> bool>,
     interrupted: bool,
+    /// Tickets of a weighted kind given up to be retaken (see `publish`).
+    retakes: u32,
 }
 
 impl core::fmt::Debug for Watch<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Watch")
             .field("seen", &self.seen)
-            .field("since_ns", &self.since_ns)
             .field("interruptible", &self.interrupt.is_some())
             .field("interrupted", &self.interrupted)
             .finish()
     }
 }
+
+/// How many tickets one acquisition of a weighted kind may give up and retake rather than
+/// wait for a slot still used by a share taken `N` tickets before (see `publish`); then it
+/// waits for the slot like anyone.
+pub const MAX_WEIGHTED_RETAKES: u32 = 16;
 
 /// The longest a waiter with an interrupt hook sleeps between two looks at the hook (it is
 /// also asked after every wake-up, a signal's `EINTR` included).
@@ -64,6 +75,14 @@ impl<'a> Watch<'a> {
         self.interrupted
     }
 
+    /// Whether the acquisition may give up one more ticket of a weighted kind to take a new
+    /// one (at most [`MAX_WEIGHTED_RETAKES`] times); counts it if so.
+    pub(crate) fn may_retake(&mut self) -> bool {
+        let ok = self.retakes < MAX_WEIGHTED_RETAKES;
+        self.retakes += u32::from(ok);
+        ok
+    }
+
     /// Whether sleeps must be bounded by [`INTERRUPT_POLL_NS`].
     pub(crate) fn has_hook(&self) -> bool {
         self.interrupt.is_some()
@@ -80,11 +99,23 @@ impl<'a> Watch<'a> {
 
     /// How long the same (ticket, word, lease field) has been observed.
     pub(crate) fn observe(&mut self, key: (u64, u64, u64), now: u64) -> u64 {
-        if self.seen != Some(key) {
-            self.seen = Some(key);
-            self.since_ns = now;
+        if let Some((_, since)) = self.seen.iter().flatten().find(|(k, _)| *k == key) {
+            return now.saturating_sub(*since);
         }
-        now.saturating_sub(self.since_ns)
+        // A new observation: it replaces what was seen of the same ticket (which changed), or
+        // takes a free entry, or the oldest one.
+        let i = self
+            .seen
+            .iter()
+            .position(|e| e.is_some_and(|(k, _)| k.0 == key.0))
+            .or_else(|| self.seen.iter().position(Option::is_none))
+            .unwrap_or_else(|| {
+                (0..self.seen.len())
+                    .min_by_key(|&i| self.seen[i].map_or(0, |(_, since)| since))
+                    .unwrap_or(0)
+            });
+        self.seen[i] = Some((key, now));
+        0
     }
 }
 

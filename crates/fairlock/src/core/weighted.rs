@@ -48,12 +48,8 @@ use super::leasing::{expired, take_over};
 use super::platform::{Liveness, Platform, Tuning};
 use super::recover::{Ahead, Watch};
 use super::word::{LapRelation, State, Word, relate};
-use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
+use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use crate::primitive::fence;
-
-/// How many undelivered news words one walk remembers to rewrite after delivering them; more
-/// are delivered again to later grants (spurious `owner_died`, never a lost one).
-const NEWS: usize = 8;
 
 /// What the granted tickets from `head` up to a point hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,14 +81,38 @@ impl Front {
     }
 }
 
-/// Whether final word `w` holds news of a death not yet delivered: `Revoked`, or `Skipped`
-/// with the died flag (a grant that carried the news and was skipped).
+/// Whether final word `w` holds news of a death: `Revoked`, or `Skipped` with the died flag (a
+/// grant that carried the news and was skipped, or a grant skipped for its frozen lease).
 #[inline]
-fn is_news(w: Word) -> bool {
+pub(crate) fn is_news(w: Word) -> bool {
     match w.state() {
         Some(State::Revoked) => true,
         Some(State::Skipped) => w.died(),
         _ => false,
+    }
+}
+
+/// Counts the death that news word `w` (of ticket `t`) tells, and rewrites the word as a plain
+/// `Skipped`, so that the news lives in the header's `deaths` counter and the slot is free of
+/// it. The count comes first: a collector killed in between leaves the word to be counted
+/// again (a spurious report later, never a lost one); two collectors of one word count it
+/// twice, with the same effect. False if the word changed (the caller looks again).
+pub(crate) fn collect_news(st: &LockState<'_>, t: u64, w: Word) -> bool {
+    // Release: pairs with the Acquire load of `deaths` by the walker that grants next (the
+    // death happens-before the report of it).
+    st.header().deaths.fetch_add(1, Release);
+    crate::crash_point!("weighted.news_counted");
+    let clean = Word::new(w.lap(), w.participant(), State::Skipped, false).with_shared(w.shared());
+    cas(st.slot(t), w, clean)
+}
+
+/// Counts the death that the previous lap's word `prev` tells, if it tells one, before a CAS
+/// replaces it (a publication, a skip of an unpublished ticket): the news must not go with it.
+#[inline]
+pub(crate) fn count_replaced_news(st: &LockState<'_>, prev: Word) {
+    if is_news(prev) {
+        // Release: as in `collect_news`.
+        st.header().deaths.fetch_add(1, Release);
     }
 }
 
@@ -104,15 +124,15 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
     // publication's `Waiting`, an abandonment): pairs with the same fence of the walk that
     // follows the other party's write, so at least one of the two walks sees both.
     fence(SeqCst);
-    let head = st.header().head.load(Acquire);
+    let hdr = st.header();
+    let head = hdr.head.load(Acquire);
     let cap = st.capacity();
     let mut front = Front::default();
-    let mut news: [Option<(u64, Word)>; NEWS] = [None; NEWS];
-    let mut news_count = 0usize;
-    let mut undelivered = false;
-    // Where `head` may go: the first unfinished ticket or the first undelivered news.
+    // Once this walk tells a grant of a death, it tells every grant it makes: readers granted
+    // together after a dead writer all read what it left.
+    let mut telling = false;
+    // Where `head` may go: the first ticket not known to be final.
     let mut unfinished: Option<u64> = None;
-    let mut first_news: Option<u64> = None;
     let mut h = head;
     let mut steps = 0u64;
     while steps < MAX_STEPS {
@@ -125,8 +145,8 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
         let Some(state) = w.state() else { break };
         match relate(w.lap(), lap) {
             LapRelation::Same => {}
-            // The slot was reused by a later ticket: `h` is final, and its news (if any) was
-            // delivered before the reuse (`may_reuse`).
+            // The slot was reused by a later ticket: `h` is final (its news, if any, was
+            // counted before the reuse: `publish::may_reuse`).
             LapRelation::Later => {
                 h = h.wrapping_add(1);
                 continue;
@@ -136,8 +156,8 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 // taker that gave up or died is passed at once (`recover` passes one that
                 // stays unpublished for the grace).
                 if lapped::gone(slot, lap, p) {
-                    let skipped = Word::new(lap, 0, State::Skipped, false);
-                    if cas(slot, w, skipped) {
+                    count_replaced_news(st, w);
+                    if cas(slot, w, Word::new(lap, 0, State::Skipped, false)) {
                         h = h.wrapping_add(1);
                     }
                     continue;
@@ -146,19 +166,24 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 break;
             }
             LapRelation::Previous | LapRelation::Behind => {
+                // The slot is still used by an earlier lap (more than `N` tickets apart): `h`
+                // cannot publish yet. If its taker gave up (a shared taker that retook a
+                // ticket rather than wait behind a long-held share, or a timeout) or died, it
+                // will never hold: pass it without writing (the slot is not ours to write);
+                // `head` stays at it, and the walk that finds the slot free writes its
+                // `Skipped` (the branch above).
                 unfinished.get_or_insert(h);
+                if lapped::gone(slot, lap, p) {
+                    h = h.wrapping_add(1);
+                    continue;
+                }
                 break;
             }
         }
         match state {
             State::Done | State::Abandoned | State::Skipped | State::Revoked => {
-                if is_news(w) {
-                    undelivered = true;
-                    first_news.get_or_insert(h);
-                    if news_count < NEWS {
-                        news[news_count] = Some((h, w));
-                        news_count += 1;
-                    }
+                if is_news(w) && !collect_news(st, h, w) {
+                    continue; // changed under us: look again
                 }
                 h = h.wrapping_add(1);
             }
@@ -172,30 +197,21 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 if !front.admits(w.shared(), cap) {
                     break;
                 }
-                let granted = w.with_state(State::Granted).with_died(undelivered);
+                // Acquire: pairs with the Release count of the death (`collect_news`).
+                let deaths = hdr.deaths.load(Acquire);
+                telling |= deaths != hdr.told.load(Acquire);
+                let granted = w.with_state(State::Granted).with_died(telling);
                 if !cas(slot, w, granted) {
                     continue; // changed under us: look again
                 }
                 crate::crash_point!("weighted.granted");
+                if telling {
+                    // Told: later grants by other walks need not be (this one's go on telling).
+                    // A walker killed before this leaves the death to be told again.
+                    hdr.told.fetch_max(deaths, AcqRel);
+                }
                 if state == State::Sleeping {
                     p.wake(&slot.word);
-                }
-                if undelivered {
-                    // Delivered: rewrite the news words so that nobody reports them again.
-                    for (t, nw) in news.iter().take(news_count).flatten() {
-                        let _ = cas(
-                            st.slot(*t),
-                            *nw,
-                            Word::new(nw.lap(), nw.participant(), State::Skipped, false)
-                                .with_shared(nw.shared()),
-                        );
-                    }
-                    // Beyond what we remember, the news stays (and `head` below it).
-                    undelivered = news_count == NEWS;
-                    if !undelivered {
-                        first_news = None;
-                    }
-                    news_count = 0;
                 }
                 front.count(granted);
                 h = h.wrapping_add(1);
@@ -209,21 +225,8 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
             }
         }
     }
-    // The walk ended at `h` (the first ticket not passed); `head` goes up to the first
-    // unfinished ticket or undelivered news before it, else to `h`.
-    let to = match (unfinished, first_news) {
-        (Some(u), Some(n)) => {
-            if before(n, u) {
-                n
-            } else {
-                u
-            }
-        }
-        (Some(u), None) => u,
-        (None, Some(n)) => n,
-        (None, None) => h,
-    };
-    raise_head(st, to);
+    // `head` goes up to the first ticket not known to be final, else to where the walk ended.
+    raise_head(st, unfinished.unwrap_or(h));
 }
 
 /// Whether ticket `me` (a shared one if `shared`) could be granted now: every unfinished
@@ -293,12 +296,22 @@ pub fn recover<P: Platform>(
                     advance(st, p);
                     return Ahead::Unclaimed(unpublished);
                 }
+                count_replaced_news(st, w);
                 if cas(slot, w, Word::new(lap, 0, State::Skipped, false)) {
                     crate::crash_point!("weighted.unpublished_skipped");
                 }
                 continue;
             }
-            LapRelation::Previous | LapRelation::Behind => return Ahead::Busy,
+            LapRelation::Previous | LapRelation::Behind => {
+                // Its slot is still used by an earlier lap. A taker that gave up (or died)
+                // there is passed, as `advance` does; a live one waits for its slot.
+                if lapped::gone(slot, lap, p) {
+                    h = h.wrapping_add(1);
+                    continue;
+                }
+                advance(st, p);
+                return Ahead::Busy;
+            }
             LapRelation::Same => {}
         }
         let dead = || p.liveness(w.participant()) == Liveness::Dead;
@@ -554,7 +567,9 @@ mod tests {
         p.set_dead(2, true);
         let mut watch = Watch::default();
         assert_eq!(recover(&st, &p, w, &mut watch, &t), Ahead::Busy);
-        assert_eq!(state_of(&st, r2.ticket), Some(State::Revoked));
+        // Revoked, then its news counted in the header (the word left a plain `Skipped`).
+        assert_eq!(state_of(&st, r2.ticket), Some(State::Skipped));
+        assert_eq!(st.header().deaths.load(Relaxed), 1);
         assert_eq!(
             state_of(&st, w),
             Some(State::Waiting),
