@@ -13,14 +13,22 @@ increasing fencing ``token``.
 True
 
 The classes have ``threading``'s shape: ``Lock`` and ``RLock`` (``acquire(blocking=True,
-timeout=-1)``, ``release()``, ``locked()``, ``with``); ``status(path)`` shows holder and
-queue. A lock object belongs to the thread that acquired it; see ``help(fairlock.Lock)``.
+timeout=-1)``, ``release()``, ``locked()``, ``with``), and ``RWLock``, whose ``read()`` and
+``write()`` sides have that shape too; ``status(path)`` shows holders and queue. A lock object belongs to the thread that acquired it; see ``help(fairlock.Lock)``.
 """
 
 import os as _os
 
 from ._errors import CorruptLockFile, Error, IncompatibleLockFile, LockLost, NotALockFile
-from ._fairlock import Lock, RLock, __version__, _after_fork_in_child, status
+from ._fairlock import (
+    Lock,
+    RLock,
+    RWLock,
+    RWLockSide,
+    __version__,
+    _after_fork_in_child,
+    status,
+)
 
 # A child does not hold the locks its forking thread held: tell the native module, which
 # keeps each thread's grants, that those are the parent's from now on.
@@ -29,6 +37,8 @@ _os.register_at_fork(after_in_child=_after_fork_in_child)
 __all__ = [
     "Lock",
     "RLock",
+    "RWLock",
+    "RWLockSide",
     "status",
     "Error",
     "LockLost",

@@ -6,7 +6,16 @@ from typing import Any, Callable, List, Optional, Tuple, Type, TypedDict, Union,
 
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
-__all__ = ["Lock", "RLock", "status", "_after_fork_in_child", "_reopen", "__version__"]
+__all__ = [
+    "Lock",
+    "RLock",
+    "RWLock",
+    "RWLockSide",
+    "status",
+    "_after_fork_in_child",
+    "_reopen",
+    "__version__",
+]
 __version__: str
 
 @final
@@ -82,6 +91,51 @@ class RLock:
     def _acquire_restore(self, depth: int) -> None: ...
     def __reduce__(self) -> Tuple[Callable[..., "RLock"], Tuple[str, str, Optional[float]]]: ...
 
+@final
+class RWLockSide:
+    """One side of an ``RWLock`` (``read()`` or ``write()``), in the shape of
+    ``threading.Lock``."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Waits in line for this side; False if not acquired."""
+    def release(self) -> None: ...
+    def locked(self) -> bool:
+        """True if this side is held by any thread of any process."""
+    def check(self) -> None: ...
+    def extend(self, seconds: float) -> None: ...
+    @property
+    def token(self) -> int: ...
+    @property
+    def owner_died(self) -> bool: ...
+    @property
+    def mode(self) -> str:
+        """``"read"`` or ``"write"``."""
+    def __enter__(self) -> bool: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
+
+@final
+class RWLock:
+    """A strictly fair reader/writer lock shared by threads and processes through the file at
+    ``path``: readers together, writers alone, all in arrival order."""
+
+    def __new__(
+        cls, path: _Path, *, name: None = None, lease: Optional[float] = None
+    ) -> "RWLock": ...
+    def read(self) -> RWLockSide:
+        """The read side."""
+    def write(self) -> RWLockSide:
+        """The write side."""
+    @property
+    def path(self) -> str: ...
+    @property
+    def lease(self) -> Optional[float]: ...
+    def __reduce__(self) -> Tuple[Callable[..., "RWLock"], Tuple[str, str, Optional[float]]]: ...
+
 class _Ticket(TypedDict):
     ticket: int
     token: int
@@ -89,6 +143,7 @@ class _Ticket(TypedDict):
     pid: Optional[int]
     tid: Optional[int]
     alive: Optional[bool]
+    shared: bool
 
 class _HolderStatus(_Ticket):
     held_ms: Optional[int]
@@ -100,6 +155,8 @@ class _WaiterStatus(_Ticket):
 
 class _Status(TypedDict):
     path: str
+    kind: str
+    permits: Optional[int]
     held: bool
     owner_pid: Optional[int]
     owner_tid: Optional[int]
@@ -109,6 +166,7 @@ class _Status(TypedDict):
     arriving: int
     lease_remaining_ms: Optional[int]
     holder: Optional[_HolderStatus]
+    holders: List[_HolderStatus]
     queue: List[_WaiterStatus]
 
 def status(path: _Path) -> _Status:

@@ -1,7 +1,8 @@
 """A peer for the tests: a fresh Python process that opens one lock and runs the commands it
 reads from stdin, one a line, answering each with one line on stdout (see conftest.Peer).
 
-    python peer.py KIND PATH LEASE      KIND: Lock or RLock; LEASE: seconds or "none"
+    python peer.py KIND PATH LEASE      KIND: Lock, RLock, Read or Write (the sides of an
+                                        RWLock); LEASE: seconds or "none"
 
 Commands and answers:
     acquire [TIMEOUT]   "acquired TOKEN OWNER_DIED" or "false"
@@ -30,8 +31,13 @@ SIGINTS: list = []
 
 def main() -> None:
     kind, path, lease = sys.argv[1], sys.argv[2], sys.argv[3]
-    cls = fairlock.RLock if kind == "RLock" else fairlock.Lock
-    lock = cls(path, lease=None if lease == "none" else float(lease))
+    lease_s = None if lease == "none" else float(lease)
+    if kind in ("Read", "Write"):
+        rw = fairlock.RWLock(path, lease=lease_s)
+        lock = rw.read() if kind == "Read" else rw.write()
+    else:
+        cls = fairlock.RLock if kind == "RLock" else fairlock.Lock
+        lock = cls(path, lease=lease_s)
     say(f"ready {os.getpid()}")
     for line in sys.stdin:
         cmd, *args = line.split()

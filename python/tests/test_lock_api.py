@@ -245,7 +245,8 @@ def test_errors_name_the_file(tmp_path):
 @pytest.mark.parametrize(
     "offset,value,error",
     [
-        (8, 2, fairlock.IncompatibleLockFile),  # version (docs/FILE_FORMAT.md)
+        (8, 3, fairlock.IncompatibleLockFile),  # a newer version (docs/FILE_FORMAT.md)
+        (8, 1, fairlock.IncompatibleLockFile),  # the old version 1
         (36, 100, fairlock.CorruptLockFile),  # slots_offset, inside the participants
     ],
 )
@@ -278,17 +279,20 @@ def test_status_has_the_keys_of_the_cli_json(lock_path):
     with lock:
         st = fairlock.status(lock_path)
         assert set(st) == {
-            "path", "held", "owner_pid", "owner_tid", "token", "next_ticket", "waiters",
-            "arriving", "lease_remaining_ms", "holder", "queue",
+            "path", "kind", "permits", "held", "owner_pid", "owner_tid", "token", "next_ticket",
+            "waiters", "arriving", "lease_remaining_ms", "holder", "holders", "queue",
         }
+        assert st["kind"] == "exclusive" and st["permits"] is None
+        assert st["holders"] == [st["holder"]]
         assert st["held"] is True and st["path"] == lock_path
         assert st["owner_pid"] == os.getpid()
         assert st["owner_tid"] == threading.get_native_id()
         assert st["token"] == lock.token
         assert set(st["holder"]) == {
             "ticket", "token", "state", "pid", "tid", "alive", "held_ms",
-            "lease_remaining_ms", "owner_died",
+            "lease_remaining_ms", "owner_died", "shared",
         }
+        assert st["holder"]["shared"] is False
         assert st["holder"]["alive"] is True
         assert 0 <= st["holder"]["held_ms"] < 5000
         assert st["queue"] == [] and st["waiters"] == 0

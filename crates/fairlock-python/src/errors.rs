@@ -9,7 +9,7 @@
 //! | `LockLost` | `fairlock.LockLost` | |
 //! | `NotALockFile` | `fairlock.NotALockFile` | |
 //! | `Corrupt` | `fairlock.CorruptLockFile` | |
-//! | `Incompatible`, `DataMismatch` | `fairlock.IncompatibleLockFile` | |
+//! | `Incompatible`, `DataMismatch`, `KindMismatch` | `fairlock.IncompatibleLockFile` | |
 //! | `Io` | `fairlock.Error` | the OS's |
 //! | `WouldDeadlock` | `fairlock.Error` | `EDEADLK` |
 //! | `InitLocked`, `Timeout` | `fairlock.Error` | `ETIMEDOUT` |
@@ -31,7 +31,9 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::LockLost { .. } => "LockLost",
         Error::NotALockFile { .. } => "NotALockFile",
         Error::Corrupt { .. } => "CorruptLockFile",
-        Error::Incompatible { .. } | Error::DataMismatch { .. } => "IncompatibleLockFile",
+        Error::Incompatible { .. } | Error::DataMismatch { .. } | Error::KindMismatch { .. } => {
+            "IncompatibleLockFile"
+        }
         Error::InvalidOption { .. } => return PyValueError::new_err(e.to_string()),
         _ => "Error",
     };

@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fairlock::{FairLock, FairRLock, LockGuard, Result};
+use fairlock::{
+    FairLock, FairRLock, FairRwLock, LockGuard, Result, RwLockReadGuard, RwLockWriteGuard,
+};
 
 /// The library lock a Python lock object stands for.
 enum Kind {
@@ -16,6 +18,11 @@ enum Kind {
     /// re-enters (the library's re-entrancy is per process and thread); re-entering through the
     /// same object never reaches the library (`held.rs` counts it).
     RLock(FairRLock),
+    /// The read side of a `fairlock.RWLock` (the write side is another `Handle` on the same
+    /// `FairRwLock`, so that each side has its own key in `held.rs`).
+    Read(Arc<FairRwLock>),
+    /// The write side of a `fairlock.RWLock`.
+    Write(Arc<FairRwLock>),
 }
 
 /// A lock file opened by a `fairlock.Lock` or `fairlock.RLock`.
@@ -40,11 +47,41 @@ impl Handle {
         Ok(Handle { kind, lease })
     }
 
+    /// Opens (creating if needed) the reader/writer lock file at `path`: its read side and its
+    /// write side.
+    pub(crate) fn open_rw(path: &Path, lease: Option<Duration>) -> Result<(Handle, Handle)> {
+        let mut options = FairLock::options();
+        if let Some(d) = lease {
+            options.lease(d);
+        }
+        let rw = Arc::new(options.open_rwlock(path)?);
+        Ok((
+            Handle {
+                kind: Kind::Read(Arc::clone(&rw)),
+                lease,
+            },
+            Handle {
+                kind: Kind::Write(rw),
+                lease,
+            },
+        ))
+    }
+
     /// The lock file's path.
     pub(crate) fn path(&self) -> &Path {
         match &self.kind {
             Kind::Lock(l) => l.path(),
             Kind::RLock(l) => l.path(),
+            Kind::Read(l) | Kind::Write(l) => l.path(),
+        }
+    }
+
+    /// Whether this is a side of a reader/writer lock (`Some(true)`: the write side).
+    pub(crate) fn rw_side(&self) -> Option<bool> {
+        match &self.kind {
+            Kind::Read(_) => Some(false),
+            Kind::Write(_) => Some(true),
+            _ => None,
         }
     }
 
@@ -67,11 +104,13 @@ impl Handle {
     /// # Errors
     /// As `FairLock::try_lock` / `FairRLock::try_lock`.
     pub(crate) fn try_lock(self: &Arc<Self>) -> Result<OwnedGuard> {
-        let guard = match &self.kind {
-            Kind::Lock(l) => l.try_lock()?,
-            Kind::RLock(l) => l.try_lock()?,
+        let grant = match &self.kind {
+            Kind::Lock(l) => Grant::Lock(l.try_lock()?),
+            Kind::RLock(l) => Grant::Lock(l.try_lock()?),
+            Kind::Read(l) => Grant::Read(l.try_read()?),
+            Kind::Write(l) => Grant::Write(l.try_write()?),
         };
-        Ok(OwnedGuard::new(self, guard))
+        Ok(OwnedGuard::new(self, grant))
     }
 
     /// Waits in line until granted, `deadline`, or `stop()` (see `lock_interruptible`).
@@ -83,11 +122,62 @@ impl Handle {
         deadline: Option<Instant>,
         stop: impl FnMut() -> bool,
     ) -> Result<OwnedGuard> {
-        let guard = match &self.kind {
-            Kind::Lock(l) => l.lock_interruptible(deadline, stop)?,
-            Kind::RLock(l) => l.lock_interruptible(deadline, stop)?,
+        let grant = match &self.kind {
+            Kind::Lock(l) => Grant::Lock(l.lock_interruptible(deadline, stop)?),
+            Kind::RLock(l) => Grant::Lock(l.lock_interruptible(deadline, stop)?),
+            Kind::Read(l) => Grant::Read(l.read_interruptible(deadline, stop)?),
+            Kind::Write(l) => Grant::Write(l.write_interruptible(deadline, stop)?),
         };
-        Ok(OwnedGuard::new(self, guard))
+        Ok(OwnedGuard::new(self, grant))
+    }
+}
+
+/// A grant of any of the library's locks, borrowing from a [`Handle`].
+enum Grant<'a> {
+    Lock(LockGuard<'a>),
+    Read(RwLockReadGuard<'a>),
+    Write(RwLockWriteGuard<'a>),
+}
+
+impl Grant<'_> {
+    fn token(&self) -> u64 {
+        match self {
+            Grant::Lock(g) => g.token(),
+            Grant::Read(g) => g.token(),
+            Grant::Write(g) => g.token(),
+        }
+    }
+
+    fn owner_died(&self) -> bool {
+        match self {
+            Grant::Lock(g) => g.owner_died(),
+            Grant::Read(g) => g.owner_died(),
+            Grant::Write(g) => g.owner_died(),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        match self {
+            Grant::Lock(g) => g.check(),
+            Grant::Read(g) => g.check(),
+            Grant::Write(g) => g.check(),
+        }
+    }
+
+    fn extend(&self, d: Duration) -> Result<()> {
+        match self {
+            Grant::Lock(g) => g.extend(d),
+            Grant::Read(g) => g.extend(d),
+            Grant::Write(g) => g.extend(d),
+        }
+    }
+
+    fn unlock(self) -> Result<()> {
+        match self {
+            Grant::Lock(g) => g.unlock(),
+            Grant::Read(g) => g.unlock(),
+            Grant::Write(g) => g.unlock(),
+        }
     }
 }
 
@@ -100,14 +190,14 @@ impl Handle {
 pub(crate) struct OwnedGuard {
     // Declared before `handle`: fields drop in order, so the guard is released while the lock
     // it borrows from is still alive.
-    guard: LockGuard<'static>,
+    guard: Grant<'static>,
     handle: Arc<Handle>,
 }
 
 impl OwnedGuard {
     /// Ties `guard`, which every caller (all in this file) has just taken from `handle`'s lock,
     /// to a clone of `handle`.
-    fn new<'a>(handle: &'a Arc<Handle>, guard: LockGuard<'a>) -> OwnedGuard {
+    fn new<'a>(handle: &'a Arc<Handle>, guard: Grant<'a>) -> OwnedGuard {
         // SAFETY: `guard` was returned by a `&self` method of the lock inside `handle` (see the
         // callers above), so it borrows from that `Handle` and nothing shorter-lived. The
         // `Handle` lives in the `Arc`'s heap allocation at a stable address, is never moved or
@@ -116,12 +206,17 @@ impl OwnedGuard {
         // the guard is consumed. So the borrow is valid for the guard's whole life, and
         // `'static` is never observable: the guard is only reached through `&self` methods
         // that return plain values, or consumed by `unlock`.
-        let guard = unsafe { std::mem::transmute::<LockGuard<'a>, LockGuard<'static>>(guard) };
+        // (A `Read`/`Write` grant borrows the `FairRwLock` that the `Handle` keeps in an `Arc`:
+        // alive as long as the `Handle`, so the same argument holds.)
+        let guard = unsafe { std::mem::transmute::<Grant<'a>, Grant<'static>>(guard) };
         // Every grant records its thread and start time, so that `fairlock.status()` and
         // `fairlock status` show who holds the lock and for how long (as `fairlock run` does).
         // The library leaves this out of its uncontended path; from Python it costs ~30 ns of
-        // an acquire + release of ~200 ns.
-        guard.stamp_time();
+        // an acquire + release of ~200 ns. (Reads and writes are stamped by the library: every
+        // such grant queues.)
+        if let Grant::Lock(g) = &guard {
+            g.stamp_time();
+        }
         OwnedGuard {
             guard,
             handle: Arc::clone(handle),

@@ -2,7 +2,8 @@
 //! in `python/fairlock/` re-exports (the exceptions are defined there, in `_errors.py`).
 //!
 //! * `Lock`, `RLock` (`lock.rs`, `rlock.rs`, sharing `lock_object.rs`): `threading`'s shape
-//!   over `FairLock` / `FairRLock`, opened in `handle.rs`.
+//!   over `FairLock` / `FairRLock`, opened in `handle.rs`; `RWLock` (`rwlock.rs`) over
+//!   `FairRwLock`, whose two sides are lock objects of that shape.
 //! * `acquire.rs`: threading's argument rules; the uncontended attempt keeps the GIL, the
 //!   wait in line releases it and runs Python's signal handlers after every wake-up (Ctrl-C).
 //! * `held.rs`: the grants each thread holds, by lock object (guards stay on their thread).
@@ -17,6 +18,7 @@ mod held;
 mod lock;
 mod lock_object;
 mod rlock;
+mod rwlock;
 mod status;
 
 use pyo3::exceptions::PyValueError;
@@ -38,6 +40,10 @@ fn _reopen(py: Python<'_>, class: &str, path: LockPath, lease: Option<f64>) -> P
     let reentrant = match class {
         "Lock" => false,
         "RLock" => true,
+        "RWLock" => {
+            let (read, write) = lock_object::open_rw(py, path, None, lease)?;
+            return Ok(Py::new(py, rwlock::RWLock::from_handles(py, read, write)?)?.into_any());
+        }
         _ => {
             return Err(PyValueError::new_err(format!(
                 "fairlock: no lock class {class:?}"
@@ -56,6 +62,8 @@ fn _reopen(py: Python<'_>, class: &str, path: LockPath, lease: Option<f64>) -> P
 fn _fairlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::Lock>()?;
     m.add_class::<rlock::RLock>()?;
+    m.add_class::<rwlock::RWLock>()?;
+    m.add_class::<rwlock::RWLockSide>()?;
     m.add_function(wrap_pyfunction!(status::status, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(_reopen, m)?)?;

@@ -45,17 +45,40 @@ pub(crate) fn open(
     lease: Option<f64>,
     reentrant: bool,
 ) -> PyResult<Arc<Handle>> {
+    refuse_name(name)?;
+    let lease = lease.map(|s| duration("lease", s)).transpose()?;
+    let handle = py
+        .detach(|| Handle::open(&path, lease, reentrant))
+        .map_err(|e| errors::to_py(py, e))?;
+    Ok(Arc::new(handle))
+}
+
+/// Opens the lock file of a new `RWLock` object: its read side and its write side (the GIL
+/// released, as in [`open`]).
+///
+/// # Errors
+/// As [`open`].
+pub(crate) fn open_rw(
+    py: Python<'_>,
+    LockPath(path): LockPath,
+    name: Option<&Bound<'_, PyAny>>,
+    lease: Option<f64>,
+) -> PyResult<(Handle, Handle)> {
+    refuse_name(name)?;
+    let lease = lease.map(|s| duration("lease", s)).transpose()?;
+    py.detach(|| Handle::open_rw(&path, lease))
+        .map_err(|e| errors::to_py(py, e))
+}
+
+/// Named locks are not there yet.
+fn refuse_name(name: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     if name.is_some_and(|n| !n.is_none()) {
         return Err(PyNotImplementedError::new_err(
             "fairlock: named locks (many locks in one file, name=...) are not available in \
              this version; use one lock file per lock",
         ));
     }
-    let lease = lease.map(|s| duration("lease", s)).transpose()?;
-    let handle = py
-        .detach(|| Handle::open(&path, lease, reentrant))
-        .map_err(|e| errors::to_py(py, e))?;
-    Ok(Arc::new(handle))
+    Ok(())
 }
 
 /// `seconds` as a `Duration`, for the argument `what`.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fairlock::{Status, TicketInfo};
+use fairlock::{LockKind, Status, TicketInfo};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -15,11 +15,13 @@ use crate::lock_object::LockPath;
 /// disturbing the lock (read-only; no ticket, no participant entry), as a dict with the keys
 /// of `fairlock status --json`:
 ///
-/// `path`, `held`, `owner_pid`, `owner_tid`, `token` (the holder's, or the next grant's if
+/// `path`, `kind` (`exclusive`, `rwlock` or `semaphore`), `permits` (a semaphore's, else
+/// `None`), `held`, `owner_pid`, `owner_tid`, `token` (the holder's, or the next grant's if
 /// free), `next_ticket`, `waiters`, `arriving`, `lease_remaining_ms`, `holder` (a dict: `ticket`,
-/// `token`, `state`, `pid`, `tid`, `alive`, `held_ms`, `lease_remaining_ms`, `owner_died`; or
-/// `None`) and `queue` (a list of dicts: `ticket`, `token`, `state`, `pid`, `tid`, `alive`,
-/// `waited_ms`).
+/// `token`, `state`, `pid`, `tid`, `alive`, `held_ms`, `lease_remaining_ms`, `owner_died`,
+/// `shared`; or `None`), `holders` (every holder, as `holder`: readers hold together) and
+/// `queue` (a list of dicts: `ticket`, `token`, `state`, `pid`, `tid`, `alive`, `waited_ms`,
+/// `shared`).
 ///
 /// Raises `fairlock.Error` if the file is missing or unreadable, `fairlock.NotALockFile` if
 /// it is not a lock file.
@@ -39,6 +41,14 @@ fn to_dict<'py>(py: Python<'py>, st: &Status) -> PyResult<Bound<'py, PyDict>> {
     let h = st.holder.as_ref();
     let d = PyDict::new(py);
     d.set_item("path", st.path.as_os_str())?;
+    d.set_item("kind", st.kind.name())?;
+    d.set_item(
+        "permits",
+        match st.kind {
+            LockKind::Semaphore { permits } => Some(permits),
+            _ => None,
+        },
+    )?;
     d.set_item("held", h.is_some())?;
     d.set_item("owner_pid", h.and_then(|h| h.pid))?;
     d.set_item("owner_tid", h.and_then(|h| h.tid))?;
@@ -51,6 +61,11 @@ fn to_dict<'py>(py: Python<'py>, st: &Status) -> PyResult<Bound<'py, PyDict>> {
         Some(h) => d.set_item("holder", holder(py, h)?)?,
         None => d.set_item("holder", py.None())?,
     }
+    let holders = PyList::empty(py);
+    for h in &st.holders {
+        holders.append(holder(py, h)?)?;
+    }
+    d.set_item("holders", holders)?;
     let queue = PyList::empty(py);
     for w in &st.waiters {
         queue.append(waiter(py, w)?)?;
@@ -68,6 +83,7 @@ fn ticket<'py>(py: Python<'py>, t: &TicketInfo) -> PyResult<Bound<'py, PyDict>> 
     d.set_item("pid", t.pid)?;
     d.set_item("tid", t.tid)?;
     d.set_item("alive", t.alive)?;
+    d.set_item("shared", t.shared)?;
     Ok(d)
 }
 

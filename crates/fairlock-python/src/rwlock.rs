@@ -1,0 +1,203 @@
+//! `fairlock.RWLock`: readers together, writers alone, all in arrival order; `read()` and
+//! `write()` give its two sides, each a lock object in `threading.Lock`'s shape.
+
+use std::ffi::OsString;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::acquire::{self, Blocking, Timeout, Wait};
+use crate::errors;
+use crate::handle::Handle;
+use crate::held::{self, Holding};
+use crate::lock_object::{self as object, LockPath};
+
+/// A strictly fair reader/writer lock shared by threads and processes through the lock file at
+/// ``path``: readers hold together, a writer alone, and everybody is served in arrival order (a
+/// writer that arrives while readers hold goes before the readers that arrive after it).
+///
+/// ``RWLock(path, *, name=None, lease=None)`` opens the file, creating it (mode 0600) if needed.
+/// ``read()`` and ``write()`` return its two sides; each has ``acquire(blocking=True,
+/// timeout=-1)``, ``release()``, ``with``, ``token``, ``owner_died``, ``check()`` and
+/// ``extend()``, as ``fairlock.Lock``:
+///
+///     lock = fairlock.RWLock("/run/myapp/db.lock")
+///     with lock.read():
+///         ...            # other readers may hold too
+///     with lock.write():
+///         ...            # alone
+///
+/// A grant belongs to the thread that acquired it. A thread holding either side that asks for
+/// either side again gets ``fairlock.Error`` (errno ``EDEADLK``): it would wait behind itself.
+/// A dead reader or writer never blocks the others (the next grant is told ``owner_died``).
+/// With a ``lease``, a process holds one leased grant of the file at a time (a second raises
+/// ``ValueError``). ``name``: reserved for named locks, not available yet.
+#[pyclass(frozen, weakref, module = "fairlock", name = "RWLock")]
+pub(crate) struct RWLock {
+    read: Py<RWLockSide>,
+    write: Py<RWLockSide>,
+}
+
+impl RWLock {
+    pub(crate) fn from_handles(py: Python<'_>, read: Handle, write: Handle) -> PyResult<RWLock> {
+        Ok(RWLock {
+            read: Py::new(
+                py,
+                RWLockSide {
+                    handle: Arc::new(read),
+                },
+            )?,
+            write: Py::new(
+                py,
+                RWLockSide {
+                    handle: Arc::new(write),
+                },
+            )?,
+        })
+    }
+}
+
+#[pymethods]
+impl RWLock {
+    #[new]
+    #[pyo3(signature = (path, *, name = None, lease = None))]
+    fn new(
+        py: Python<'_>,
+        path: LockPath,
+        name: Option<&Bound<'_, PyAny>>,
+        lease: Option<f64>,
+    ) -> PyResult<RWLock> {
+        let (read, write) = object::open_rw(py, path, name, lease)?;
+        RWLock::from_handles(py, read, write)
+    }
+
+    /// The read side: held by any number of readers at once, never with a writer.
+    fn read(&self, py: Python<'_>) -> Py<RWLockSide> {
+        self.read.clone_ref(py)
+    }
+
+    /// The write side: held alone.
+    fn write(&self, py: Python<'_>) -> Py<RWLockSide> {
+        self.write.clone_ref(py)
+    }
+
+    /// The lock file's path.
+    #[getter]
+    fn path(&self) -> OsString {
+        self.read.get().handle.path().as_os_str().to_owned()
+    }
+
+    /// The lease in seconds, or None.
+    #[getter]
+    fn lease(&self) -> Option<f64> {
+        self.read.get().handle.lease().map(|d| d.as_secs_f64())
+    }
+
+    fn __repr__(&self) -> String {
+        object::repr("RWLock", &self.read.get().handle)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        object::reduce(py, "RWLock", &self.read.get().handle)
+    }
+}
+
+/// One side of a ``fairlock.RWLock`` (``lock.read()`` or ``lock.write()``), in the shape of
+/// ``threading.Lock``: ``acquire(blocking=True, timeout=-1)``, ``release()``, ``locked()``,
+/// ``with``, and the grant's ``token``, ``owner_died``, ``check()``, ``extend()``.
+#[pyclass(frozen, weakref, module = "fairlock", name = "RWLockSide")]
+pub(crate) struct RWLockSide {
+    handle: Arc<Handle>,
+}
+
+#[pymethods]
+impl RWLockSide {
+    /// Waits in line for this side and returns True once it is this thread's; as
+    /// ``threading.Lock.acquire`` (``blocking=False``: only if granted at once, never jumping
+    /// the queue; ``timeout``: seconds, then False). The GIL is released while waiting, and
+    /// Ctrl-C ends the wait.
+    #[pyo3(
+        signature = (blocking = Blocking(true), timeout = Timeout::UNSET),
+        text_signature = "($self, /, blocking=True, timeout=-1)"
+    )]
+    fn acquire(&self, py: Python<'_>, blocking: Blocking, timeout: Timeout) -> PyResult<bool> {
+        let wait = Wait::from_threading(py, blocking, timeout)?;
+        acquire::acquire(py, &self.handle, wait)
+    }
+
+    /// Releases this thread's grant of this side. ``RuntimeError`` if it holds none,
+    /// ``fairlock.LockLost`` if it was taken over meanwhile (its lease ran out).
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        object::release(py, &self.handle, false)
+    }
+
+    /// True if this side is held, by any thread of any process (the read side: by at least one
+    /// reader).
+    fn locked(&self, py: Python<'_>) -> PyResult<bool> {
+        if let Holding::Yes { .. } = held::holding(&self.handle) {
+            return Ok(true);
+        }
+        let path = self.handle.path();
+        let st = py
+            .detach(|| fairlock::inspect(path))
+            .map_err(|e| errors::to_py(py, e))?;
+        let write = self.handle.rw_side() == Some(true);
+        Ok(st.holders.iter().any(|h| h.shared != write))
+    }
+
+    /// None while this thread's grant is still its own; ``fairlock.LockLost`` if it was taken
+    /// over, ``RuntimeError`` if this thread holds none.
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        object::check(py, &self.handle)
+    }
+
+    /// Renews the lease to ``seconds`` from now.
+    fn extend(&self, py: Python<'_>, seconds: f64) -> PyResult<()> {
+        object::extend(py, &self.handle, seconds)
+    }
+
+    /// The fencing token of this thread's grant. A write's token exceeds that of every grant
+    /// before it, reads included.
+    #[getter]
+    fn token(&self) -> PyResult<u64> {
+        object::with_grant(&self.handle, |g| g.token())
+    }
+
+    /// True if a holder before this grant did not give its grant back (it died, or its lease
+    /// was taken over).
+    #[getter]
+    fn owner_died(&self) -> PyResult<bool> {
+        object::with_grant(&self.handle, |g| g.owner_died())
+    }
+
+    /// "read" or "write".
+    #[getter]
+    fn mode(&self) -> &'static str {
+        if self.handle.rw_side() == Some(true) {
+            "write"
+        } else {
+            "read"
+        }
+    }
+
+    fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {
+        acquire::acquire(py, &self.handle, Wait::Forever)
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
+        object::release(py, &self.handle, false)
+    }
+
+    fn __repr__(&self) -> String {
+        object::repr(
+            if self.handle.rw_side() == Some(true) {
+                "RWLock write side"
+            } else {
+                "RWLock read side"
+            },
+            &self.handle,
+        )
+    }
+}
