@@ -246,14 +246,17 @@ impl<'a> LockGuard<'a> {
     /// Revokes our own grant: the next holder is told the owner died.
     fn give_up_as_dead(&self) -> Result<()> {
         let sh = self.shared;
-        self.end_leased_share();
         // Relaxed: as in `release`. Before the revocation, as for a release.
         if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
             sh.hold.depth.store(0, Relaxed);
             sh.hold.owner.store(0, Relaxed);
         }
-        core::revoke_own(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
-            .map_err(|_| self.lost())
+        let r = core::revoke_own(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+            .map_err(|_| self.lost());
+        // After the grant ended: the process may take its next leased share only then (its
+        // deadline, in the participant entry, is this grant's until here).
+        self.end_leased_share();
+        r
     }
 
     /// The rare endings of the unleased release (the next ticket already published, or the
@@ -279,9 +282,11 @@ impl<'a> LockGuard<'a> {
     #[cold]
     fn release_leased(&self) -> Result<()> {
         let sh = self.shared;
+        let r = core::release(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+            .map_err(|_| self.lost());
+        // After the release, as in `give_up_as_dead`.
         self.end_leased_share();
-        core::release(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
-            .map_err(|_| self.lost())
+        r
     }
 }
 

@@ -342,8 +342,13 @@ impl FairLock {
         stop: Option<&mut dyn FnMut() -> bool>,
     ) -> Result<Grant> {
         let me = self.me(sh, tid);
-        let watch = stop.map_or_else(core::Watch::default, core::Watch::interruptible);
-        core::lock_watched(
+        let mut panicked = None;
+        let mut hook = stop.map(|f| guarded_hook(f, &mut panicked));
+        let watch = match hook.as_mut() {
+            Some(h) => core::Watch::interruptible(h),
+            None => core::Watch::default(),
+        };
+        let r = core::lock_watched(
             &sh.state(),
             &sh.platform(),
             &me,
@@ -351,8 +356,17 @@ impl FairLock {
             &self.tuning,
             t,
             watch,
-        )
-        .map_err(|e| wait_error(sh, e))
+        );
+        drop(hook);
+        if let Some(payload) = panicked {
+            // The hook panicked: its ticket was given up as for a `true`; a grant that raced
+            // it is released before the panic goes on.
+            if let Ok(g) = r {
+                let _ = core::release(&sh.state(), &sh.platform(), &g, sh.participant);
+            }
+            std::panic::resume_unwind(payload);
+        }
+        r.map_err(|e| wait_error(sh, e))
     }
 
     #[inline]
@@ -379,30 +393,44 @@ impl FairLock {
         let tid = thread::current_tid();
         let st = sh.state();
         self.refuse_reentry(sh, tid)?;
-        self.one_leased_share(sh)?;
+        let leased = self.one_leased_share(sh)?;
         let me = Me {
             shared,
             ..self.me(sh, tid)
         };
-        let watch = stop.map_or_else(core::Watch::default, core::Watch::interruptible);
+        let mut panicked = None;
+        let mut hook = stop.map(|f| guarded_hook(f, &mut panicked));
+        let watch = match hook.as_mut() {
+            Some(h) => core::Watch::interruptible(h),
+            None => core::Watch::default(),
+        };
         // Relaxed: a ticket is only a number.
         let t = st.header().next_ticket.fetch_add(1, Relaxed);
         crate::crash_point!("acquire.ticket_taken");
-        let g = core::lock_watched(&st, &sh.platform(), &me, deadline, &self.tuning, t, watch)
-            .map_err(|e| {
-                self.leased_share_ended(sh);
-                wait_error(sh, e)
-            })?;
+        let r = core::lock_watched(&st, &sh.platform(), &me, deadline, &self.tuning, t, watch);
+        drop(hook);
+        if let Some(payload) = panicked {
+            // As in `contended`: the ticket was given up, a racing grant is released, and
+            // `leased` (dropped while unwinding) gives the leased share back.
+            if let Ok(g) = r {
+                let _ = core::release(&st, &sh.platform(), &g, sh.participant);
+            }
+            std::panic::resume_unwind(payload);
+        }
+        let g = r.map_err(|e| wait_error(sh, e))?;
+        leased.keep();
         Ok(LockGuard::new(sh, g, tid, self.lease_ms))
     }
 
     /// A process holds at most one *leased* grant of a weighted kind at a time: the lease
     /// deadline lives in the participant entry, one per process, so a second leased read or
     /// permit would shorten or lengthen the first one's lease (review finding). Refused with
-    /// `InvalidOption` rather than waited for (it could be this very thread's).
-    fn one_leased_share(&self, sh: &Shared) -> Result<()> {
+    /// `InvalidOption` rather than waited for (it could be this very thread's). The returned
+    /// claim gives the count back when dropped — on every early return and while unwinding —
+    /// unless [`LeasedShare::keep`] hands it to the grant (whose release gives it back).
+    fn one_leased_share<'s>(&self, sh: &'s Shared) -> Result<LeasedShare<'s>> {
         if self.lease_ms.is_none() {
-            return Ok(());
+            return Ok(LeasedShare(None));
         }
         // Relaxed: a process-local count; the grant itself is ordered by the lock.
         if sh
@@ -417,14 +445,7 @@ impl FairLock {
                 ),
             });
         }
-        Ok(())
-    }
-
-    /// The leased grant counted by [`FairLock::one_leased_share`] ended (or was never made).
-    fn leased_share_ended(&self, sh: &Shared) {
-        if self.lease_ms.is_some() {
-            sh.leased_shares.store(0, Relaxed);
-        }
+        Ok(LeasedShare(Some(&sh.leased_shares)))
     }
 
     /// `try_*` of a weighted kind: only if granted at once, never jumping the queue.
@@ -432,24 +453,20 @@ impl FairLock {
         let sh = self.shared()?;
         let tid = thread::current_tid();
         self.refuse_reentry(sh, tid)?;
-        self.one_leased_share(sh)?;
+        let leased = self.one_leased_share(sh)?;
         let me = Me {
             shared,
             ..self.me(sh, tid)
         };
         let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);
-        match r {
-            Ok(Some(g)) => Ok(LockGuard::new(sh, g, tid, self.lease_ms)),
-            Ok(None) => {
-                self.leased_share_ended(sh);
-                Err(Error::WouldBlock {
-                    path: sh.path.clone(),
-                })
+        match r.map_err(|e| wait_error(sh, e))? {
+            Some(g) => {
+                leased.keep();
+                Ok(LockGuard::new(sh, g, tid, self.lease_ms))
             }
-            Err(e) => {
-                self.leased_share_ended(sh);
-                Err(wait_error(sh, e))
-            }
+            None => Err(Error::WouldBlock {
+                path: sh.path.clone(),
+            }),
         }
     }
 
@@ -480,6 +497,47 @@ impl FairLock {
             .owner
             .store(Shared::owner_key(tid, g.ticket), Relaxed);
         LockGuard::new(sh, g, tid, self.lease_ms)
+    }
+}
+
+/// A process's claim on its one leased weighted grant (see `FairLock::one_leased_share`).
+struct LeasedShare<'s>(Option<&'s std::sync::atomic::AtomicU32>);
+
+impl LeasedShare<'_> {
+    /// The grant was made: from now on its release gives the count back.
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for LeasedShare<'_> {
+    fn drop(&mut self) {
+        if let Some(count) = self.0 {
+            // Relaxed: a process-local count.
+            count.store(0, Relaxed);
+        }
+    }
+}
+
+/// The caller's interrupt hook, made safe to call inside the wait: a panic in it is caught
+/// and kept in `panicked` (to be resumed once the ticket is given up), and counts as "stop".
+/// A hook that unwound through the wait left its published ticket behind: granted later,
+/// nobody claimed it and nobody passed it while the process lived (second review).
+fn guarded_hook<'h>(
+    stop: &'h mut dyn FnMut() -> bool,
+    panicked: &'h mut Option<Box<dyn std::any::Any + Send>>,
+) -> impl FnMut() -> bool + 'h {
+    move || {
+        if panicked.is_some() {
+            return true;
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *stop)) {
+            Ok(v) => v,
+            Err(payload) => {
+                *panicked = Some(payload);
+                true
+            }
+        }
     }
 }
 

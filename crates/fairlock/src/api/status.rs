@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::core::frontier::first_unfinished;
+use crate::core::frontier::{before, first_unfinished};
 use crate::core::layout::{Kind, RecordKind};
 use crate::core::lease::Lease;
 use crate::core::word::{LapRelation, lap_of, relate};
@@ -119,6 +119,11 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Status> {
     Ok(snapshot(path, &view))
 }
 
+/// The ticket below `next` that slot `i` (of `1 << shift`) holds when its word shows lap `lap`.
+pub(crate) fn ticket_of(lap: u64, i: u64, shift: u32, next: u64) -> u64 {
+    crate::core::weighted::ticket_of(lap, i, shift, next)
+}
+
 /// Builds the snapshot by walking from the first unfinished ticket to the last (at most `N`).
 fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
     let g = v.geometry();
@@ -138,8 +143,23 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         waiters: Vec::new(),
         arriving: 0,
     };
-    for k in 0..=span {
-        let t = front.wrapping_add(k);
+    // The tickets to look at: from the front, at most `N` of them; for the weighted kinds also
+    // every ticket some slot shows unfinished, wherever it is (a shared taker that retook a
+    // ticket may be granted more than `N` tickets after a long-held share at the front).
+    let mut tickets: Vec<u64> = (0..=span).map(|k| front.wrapping_add(k)).collect();
+    if weighted {
+        for i in 0..u64::from(g.slots) {
+            let w = v.word(i);
+            if w.state().is_some_and(|st| !st.is_final()) {
+                let t = ticket_of(w.lap(), i, shift, next);
+                if before(t, next) && !before(t, front) && !tickets.contains(&t) {
+                    tickets.push(t);
+                }
+            }
+        }
+        tickets.sort_by_key(|&t| t.wrapping_sub(front));
+    }
+    for t in tickets {
         let lap = lap_of(t, shift);
         let w = v.word(t);
         let Some(state) = w.state() else { continue };

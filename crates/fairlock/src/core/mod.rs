@@ -73,6 +73,8 @@ pub mod word;
 mod tests;
 #[cfg(all(test, not(loom)))]
 mod weighted_review;
+#[cfg(all(test, not(loom)))]
+mod weighted_review2;
 
 pub use advance::advance;
 pub use claim::{Claim, claim_granted, claim_ready};

@@ -105,7 +105,7 @@ pub fn publish<P: Platform>(
                     && me.shared
                     && w.shared()
                     && matches!(state, State::Held | State::Granted)
-                    && watch.may_retake()
+                    && watch.may_retake(st.slot_count())
                     && lapped::give_up(slot, lap, me.participant) =>
             {
                 // A share (a read, a permit) taken N tickets before ours still holds our slot.

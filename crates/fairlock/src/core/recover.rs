@@ -21,6 +21,14 @@ use crate::primitive::Ordering::{Acquire, Relaxed};
 /// What a [`Watch`] times: (ticket, word, lease field) as observed.
 type Key = (u64, u64, u64);
 
+/// One observation: its key, since when (ns), and the last pass that saw it.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    key: Key,
+    since: u64,
+    pass: u64,
+}
+
 /// What one acquirer has been watching, to time graces and pending leases locally (no shared
 /// clock is trusted for those), and what may make it stop waiting early: a caller's hook,
 /// asked after every wake-up (see [`Watch::interruptible`]).
@@ -29,7 +37,9 @@ pub struct Watch<'a> {
     /// What was observed since when: up to four (ticket, word, lease field) keys at once (a
     /// weighted recovery times several granted or unpublished tickets in one pass; one key
     /// would make each reset the other's timer).
-    seen: [Option<(Key, u64)>; 4],
+    seen: [Option<Seen>; 4],
+    /// Recovery passes made so far (see [`Watch::new_pass`]).
+    pass: u64,
     interrupt: Option<&'a mut dyn FnMut() -> bool>,
     interrupted: bool,
     /// Tickets of a weighted kind given up to be retaken (see `publish`).
@@ -45,11 +55,6 @@ impl core::fmt::Debug for Watch<'_> {
             .finish()
     }
 }
-
-/// How many tickets one acquisition of a weighted kind may give up and retake rather than
-/// wait for a slot still used by a share taken `N` tickets before (see `publish`); then it
-/// waits for the slot like anyone.
-pub const MAX_WEIGHTED_RETAKES: u32 = 16;
 
 /// The longest a waiter with an interrupt hook sleeps between two looks at the hook (it is
 /// also asked after every wake-up, a signal's `EINTR` included).
@@ -76,9 +81,11 @@ impl<'a> Watch<'a> {
     }
 
     /// Whether the acquisition may give up one more ticket of a weighted kind to take a new
-    /// one (at most [`MAX_WEIGHTED_RETAKES`] times); counts it if so.
-    pub(crate) fn may_retake(&mut self) -> bool {
-        let ok = self.retakes < MAX_WEIGHTED_RETAKES;
+    /// one: at most `slots` times (a file of `slots` slots has fewer long-held shares than
+    /// that, so as many retakes in a row always reach a free slot unless other takers keep
+    /// taking the ones in between); counts it if so.
+    pub(crate) fn may_retake(&mut self, slots: u64) -> bool {
+        let ok = u64::from(self.retakes) < slots.min(u64::from(u32::MAX));
         self.retakes += u32::from(ok);
         ok
     }
@@ -99,23 +106,44 @@ impl<'a> Watch<'a> {
 
     /// How long the same (ticket, word, lease field) has been observed.
     pub(crate) fn observe(&mut self, key: (u64, u64, u64), now: u64) -> u64 {
-        if let Some((_, since)) = self.seen.iter().flatten().find(|(k, _)| *k == key) {
-            return now.saturating_sub(*since);
+        let pass = self.pass;
+        if let Some(e) = self.seen.iter_mut().flatten().find(|e| e.key == key) {
+            e.pass = pass;
+            return now.saturating_sub(e.since);
         }
-        // A new observation: it replaces what was seen of the same ticket (which changed), or
-        // takes a free entry, or the oldest one.
+        // A new observation takes the place of what was seen of the same ticket (which
+        // changed), or a free entry, or one no pass saw since the longest (a ticket that was
+        // passed), or else — more tickets timed at once than entries — the *newest* timer, so
+        // that the longest-watched ones still come to their end (evicting the oldest reset
+        // each timer before it expired: five frozen leased grantees were never passed, second
+        // review).
         let i = self
             .seen
             .iter()
-            .position(|e| e.is_some_and(|(k, _)| k.0 == key.0))
+            .position(|e| e.is_some_and(|e| e.key.0 == key.0))
             .or_else(|| self.seen.iter().position(Option::is_none))
+            .or_else(|| {
+                (0..self.seen.len())
+                    .filter(|&i| self.seen[i].is_some_and(|e| e.pass != pass))
+                    .min_by_key(|&i| self.seen[i].map_or(0, |e| e.pass))
+            })
             .unwrap_or_else(|| {
                 (0..self.seen.len())
-                    .min_by_key(|&i| self.seen[i].map_or(0, |(_, since)| since))
+                    .max_by_key(|&i| self.seen[i].map_or(0, |e| e.since))
                     .unwrap_or(0)
             });
-        self.seen[i] = Some((key, now));
+        self.seen[i] = Some(Seen {
+            key,
+            since: now,
+            pass,
+        });
         0
+    }
+
+    /// A recovery pass begins: observations not repeated from now on belong to tickets that
+    /// were passed, and may make way for new ones.
+    pub(crate) fn new_pass(&mut self) {
+        self.pass = self.pass.wrapping_add(1);
     }
 }
 
@@ -152,6 +180,7 @@ pub fn recover<P: Platform>(
     watch: &mut Watch<'_>,
     tuning: &Tuning,
 ) -> Ahead {
+    watch.new_pass();
     if st.is_weighted() {
         return super::weighted::recover(st, p, me, watch, tuning);
     }

@@ -167,7 +167,7 @@ fn try_weighted<P: Platform>(
         // Relaxed: a ticket is only a number.
         let t = st.header().next_ticket.load(Relaxed);
         let ahead = recover(st, p, t, &mut watch, tuning);
-        if super::weighted::admits(st, t, me.shared) {
+        if super::weighted::admits(st, p, t, me.shared) {
             if st
                 .header()
                 .next_ticket

@@ -232,7 +232,7 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
 /// Whether ticket `me` (a shared one if `shared`) could be granted now: every unfinished
 /// ticket before it is granted or held, and it fits next to them. For `try_*`, after a
 /// [`recover`]; a race with other takers may still leave it waiting (then it gives up).
-pub fn admits(st: &LockState<'_>, me: u64, shared: bool) -> bool {
+pub fn admits<P: Platform>(st: &LockState<'_>, p: &P, me: u64, shared: bool) -> bool {
     let mut front = Front::default();
     // Acquire: as in `advance`.
     let mut h = st.header().head.load(Acquire);
@@ -240,11 +240,15 @@ pub fn admits(st: &LockState<'_>, me: u64, shared: bool) -> bool {
         if !before(h, me) {
             return front.admits(shared, st.capacity());
         }
-        let w = Word(st.slot(h).word.load(Acquire));
+        let slot = st.slot(h);
+        let w = Word(slot.word.load(Acquire));
         match (relate(w.lap(), st.lap(h)), w.state()) {
             (LapRelation::Later, _) => {}
             (LapRelation::Same, Some(s)) if s.is_final() => {}
             (LapRelation::Same, Some(State::Granted | State::Held)) => front.count(w),
+            // Given up (or dead) and passed by every walk, as `advance` does.
+            (LapRelation::Previous | LapRelation::Behind, Some(_))
+                if lapped::gone(slot, st.lap(h), p) => {}
             _ => return false,
         }
         h = h.wrapping_add(1);
@@ -354,31 +358,35 @@ pub fn recover<P: Platform>(
     if busy { Ahead::Busy } else { Ahead::Clear }
 }
 
+/// The ticket at or below `next` whose slot is `i` (of `1 << shift`) and whose lap is `lap`
+/// (modulo 2^44, as words keep it): the most recent such ticket.
+pub fn ticket_of(lap: u64, i: u64, shift: u32, next: u64) -> u64 {
+    let lap_mask = (1u64 << super::word::LAP_BITS) - 1;
+    // Laps are `(t >> shift) + 1`; how many laps `lap` is behind the lap of `next`.
+    let next_lap = super::word::lap_of(next, shift);
+    let behind = next_lap.wrapping_sub(lap) & lap_mask;
+    ((next >> shift).wrapping_sub(behind) << shift) | (i & ((1u64 << shift) - 1))
+}
+
 /// Whether this thread's acquiring ticket `me` of a reader/writer lock would wait for itself:
 /// a ticket of participant `participant` and thread `tid` held before it in a way that blocks
 /// it (a writer behind its own read, or anything behind its own write). Threads are told apart
 /// by the informational `tid` stamp, which the holder wrote when it claimed.
 pub fn holds_already(st: &LockState<'_>, participant: u32, tid: u32) -> bool {
-    // Acquire: as in `advance`.
-    let mut h = st.header().head.load(Acquire);
-    let next = st.header().next_ticket.load(Relaxed);
-    for _ in 0..st.slot_count() {
-        if !before(h, next) {
-            break;
-        }
-        let slot = st.slot(h);
+    // Every slot, not `N` tickets from `head`: a shared taker that retook a ticket may hold
+    // more than `N` tickets after a long-held share at `head` (second review).
+    (0..st.slot_count()).any(|i| {
+        let slot = st.slot(i);
+        // Acquire: as in `advance`.
         let w = Word(slot.word.load(Acquire));
-        if relate(w.lap(), st.lap(h)) == LapRelation::Same
-            && matches!(w.state(), Some(State::Held | State::Granted))
+        let stamp = slot.stamp.load(Relaxed);
+        matches!(w.state(), Some(State::Held | State::Granted))
             && w.participant() == participant
             && slot.tid.load(Relaxed) == tid
-            && slot.stamp.load(Relaxed) == h.wrapping_add(1)
-        {
-            return true;
-        }
-        h = h.wrapping_add(1);
-    }
-    false
+            && stamp != 0
+            && stamp.wrapping_sub(1) & (st.slot_count() - 1) == i
+            && st.lap(stamp.wrapping_sub(1)) == w.lap()
+    })
 }
 
 #[cfg(all(test, not(loom)))]
