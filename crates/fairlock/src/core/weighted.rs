@@ -373,9 +373,8 @@ pub fn ticket_of(lap: u64, i: u64, shift: u32, next: u64) -> u64 {
 /// it (a writer behind its own read, or anything behind its own write). Threads are told apart
 /// by the informational `tid` stamp, which the holder wrote when it claimed.
 pub fn holds_already(st: &LockState<'_>, participant: u32, tid: u32) -> bool {
-    // Every slot, not `N` tickets from `head`: a shared taker that retook a ticket may hold
-    // more than `N` tickets after a long-held share at `head` (second review).
-    (0..st.slot_count()).any(|i| {
+    let n = st.slot_count();
+    let held_by_us = |i: u64| {
         let slot = st.slot(i);
         // Acquire: as in `advance`.
         let w = Word(slot.word.load(Acquire));
@@ -384,9 +383,23 @@ pub fn holds_already(st: &LockState<'_>, participant: u32, tid: u32) -> bool {
             && w.participant() == participant
             && slot.tid.load(Relaxed) == tid
             && stamp != 0
-            && stamp.wrapping_sub(1) & (st.slot_count() - 1) == i
+            && stamp.wrapping_sub(1) & (n - 1) == i & (n - 1)
             && st.lap(stamp.wrapping_sub(1)) == w.lap()
-    })
+    };
+    // Relaxed: a bound for the look below; `head` is a lower bound of every unfinished ticket.
+    let head = st.header().head.load(Relaxed);
+    let next = st.header().next_ticket.load(Relaxed);
+    let span = next.wrapping_sub(head);
+    if span <= n {
+        // Every unfinished ticket lies in [head, next): look at those tickets' slots only (the
+        // common case, a few of them).
+        (0..span).any(|k| held_by_us(head.wrapping_add(k)))
+    } else {
+        // More than `N` tickets since `head` (a long-held share, retakes past it): a grant of
+        // ours may lie anywhere, so every slot (second review: a write behind its own retaken
+        // read was not refused).
+        (0..n).any(held_by_us)
+    }
 }
 
 #[cfg(all(test, not(loom)))]
