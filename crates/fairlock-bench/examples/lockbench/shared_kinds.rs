@@ -20,7 +20,7 @@ trait RwPeer: Send + Sync + Sized + 'static {
     fn create(path: &Path) -> Self;
     fn handle(&self) -> Self;
     /// Runs `f` holding the lock; the grant's fencing token if the lock has one.
-    fn with(&self, write: bool, f: impl FnOnce()) -> Option<u64>;
+    fn with(&self, write: bool, f: &mut dyn FnMut()) -> Option<u64>;
 }
 
 struct FairRw(Arc<fairlock::FairRwLock>);
@@ -34,7 +34,7 @@ impl RwPeer for FairRw {
     fn handle(&self) -> Self {
         FairRw(Arc::clone(&self.0))
     }
-    fn with(&self, write: bool, f: impl FnOnce()) -> Option<u64> {
+    fn with(&self, write: bool, f: &mut dyn FnMut()) -> Option<u64> {
         if write {
             let g = self.0.write().expect("write");
             f();
@@ -110,7 +110,7 @@ impl RwPeer for PthreadRw {
     fn handle(&self) -> Self {
         PthreadRw(Arc::clone(&self.0))
     }
-    fn with(&self, write: bool, f: impl FnOnce()) -> Option<u64> {
+    fn with(&self, write: bool, f: &mut dyn FnMut()) -> Option<u64> {
         let l = self.0.ptr;
         // SAFETY: `l` is an initialised process-shared rwlock in a live mapping.
         let rc = unsafe {
@@ -142,7 +142,7 @@ impl RwPeer for FlockRw {
     fn handle(&self) -> Self {
         FlockRw(File::open(&self.1).expect("open"), self.1.clone())
     }
-    fn with(&self, write: bool, f: impl FnOnce()) -> Option<u64> {
+    fn with(&self, write: bool, f: &mut dyn FnMut()) -> Option<u64> {
         let op = if write { libc::LOCK_EX } else { libc::LOCK_SH };
         // SAFETY: flock on our own open descriptor.
         assert_eq!(unsafe { libc::flock(self.0.as_raw_fd(), op) }, 0);
@@ -242,18 +242,23 @@ fn figures(logs: &[Vec<Op>], start: u64, end: u64, most_inside: u64) -> Figures 
     f
 }
 
-/// `threads` threads for `dur` ns, each op a write with probability `write_pct` %, holding
-/// for `cs` ns.
-fn rw_trial<P: RwPeer>(ctx: &Ctx, threads: usize, write_pct: u64, cs: u64) -> Figures {
-    let path = ctx.path(&format!("rw-{}", P::NAME.split(' ').next().unwrap_or("x")));
-    let lock = P::create(&path);
+/// `threads` threads, each with its own handle from `handle`, for the plan's contended time:
+/// each op a write with probability `write_pct` % (0 for a semaphore), held for `cs` ns
+/// through `with(handle, write, section)`, which returns the grant's token if the lock has one.
+fn trial<H: Send + 'static>(
+    ctx: &Ctx,
+    threads: usize,
+    write_pct: u64,
+    cs: u64,
+    mut handle: impl FnMut() -> H,
+    with: fn(&H, bool, &mut dyn FnMut()) -> Option<u64>,
+) -> Figures {
     let inside = Arc::new(AtomicU64::new(0));
     let most = Arc::new(AtomicU64::new(0));
-    let gate = Arc::new(Shm::create(&ctx.path("rw-gate"), 4));
+    let gate = Arc::new(Shm::create(&ctx.path("kinds-gate"), 4));
     let handles: Vec<_> = (0..threads as u64)
         .map(|t| {
-            let (h, gate, inside, most) =
-                (lock.handle(), gate.clone(), inside.clone(), most.clone());
+            let (h, gate, inside, most) = (handle(), gate.clone(), inside.clone(), most.clone());
             std::thread::spawn(move || {
                 gate.at(0).fetch_add(1, SeqCst);
                 while gate.at(1).load(SeqCst) == 0 {
@@ -275,7 +280,7 @@ fn rw_trial<P: RwPeer>(ctx: &Ctx, threads: usize, write_pct: u64, cs: u64) -> Fi
                         break;
                     }
                     let mut acquire = 0;
-                    let token = h.with(write, || {
+                    let token = with(&h, write, &mut || {
                         acquire = now_ns();
                         let n = inside.fetch_add(1, SeqCst) + 1;
                         most.fetch_max(n, SeqCst);
@@ -305,6 +310,20 @@ fn rw_trial<P: RwPeer>(ctx: &Ctx, threads: usize, write_pct: u64, cs: u64) -> Fi
         .map(|h| h.join().expect("thread"))
         .collect();
     figures(&logs, start, end, most.load(SeqCst))
+}
+
+/// A reader/writer mix on peer `P`.
+fn rw_trial<P: RwPeer>(ctx: &Ctx, threads: usize, write_pct: u64, cs: u64) -> Figures {
+    let path = ctx.path(&format!("rw-{}", P::NAME.split(' ').next().unwrap_or("x")));
+    let lock = P::create(&path);
+    trial(
+        ctx,
+        threads,
+        write_pct,
+        cs,
+        || lock.handle(),
+        |h, write, f| h.with(write, f),
+    )
 }
 
 fn waits(v: &[Vec<u64>]) -> String {
@@ -423,7 +442,7 @@ trait SemPeer: Send + Sync + Sized + 'static {
     const NAME: &'static str;
     fn create(path: &Path, permits: u32) -> Self;
     fn handle(&self) -> Self;
-    fn with(&self, f: impl FnOnce()) -> Option<u64>;
+    fn with(&self, f: &mut dyn FnMut()) -> Option<u64>;
 }
 
 struct FairSem(Arc<fairlock::FairSemaphore>);
@@ -439,7 +458,7 @@ impl SemPeer for FairSem {
     fn handle(&self) -> Self {
         FairSem(Arc::clone(&self.0))
     }
-    fn with(&self, f: impl FnOnce()) -> Option<u64> {
+    fn with(&self, f: &mut dyn FnMut()) -> Option<u64> {
         let p = self.0.acquire().expect("acquire");
         f();
         Some(p.token())
@@ -482,7 +501,7 @@ impl SemPeer for PosixSem {
     fn handle(&self) -> Self {
         PosixSem(Arc::clone(&self.0), self.1.clone())
     }
-    fn with(&self, f: impl FnOnce()) -> Option<u64> {
+    fn with(&self, f: &mut dyn FnMut()) -> Option<u64> {
         // SAFETY: a live named semaphore.
         while unsafe { libc::sem_wait(self.0.0) } != 0 {}
         f();
@@ -492,63 +511,11 @@ impl SemPeer for PosixSem {
     }
 }
 
+/// The semaphore on peer `P`: every acquisition a "write" for the order check (a permit holder
+/// granted while an earlier arrival still waits passed it).
 fn sem_trial<P: SemPeer>(ctx: &Ctx, threads: usize, permits: u32, cs: u64) -> Figures {
     let lock = P::create(&ctx.path("sem"), permits);
-    let inside = Arc::new(AtomicU64::new(0));
-    let most = Arc::new(AtomicU64::new(0));
-    let gate = Arc::new(Shm::create(&ctx.path("sem-gate"), 4));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let (h, gate, inside, most) =
-                (lock.handle(), gate.clone(), inside.clone(), most.clone());
-            std::thread::spawn(move || {
-                gate.at(0).fetch_add(1, SeqCst);
-                while gate.at(1).load(SeqCst) == 0 {
-                    std::hint::spin_loop();
-                }
-                let (start, end) = (gate.at(1).load(SeqCst), gate.at(2).load(SeqCst));
-                while now_ns() < start {
-                    std::hint::spin_loop();
-                }
-                let mut log = Vec::with_capacity(1 << 16);
-                loop {
-                    let arrive = now_ns();
-                    if arrive >= end {
-                        break;
-                    }
-                    let mut acquire = 0;
-                    let token = h.with(|| {
-                        acquire = now_ns();
-                        let n = inside.fetch_add(1, SeqCst) + 1;
-                        most.fetch_max(n, SeqCst);
-                        busy_until(acquire + cs);
-                        inside.fetch_sub(1, SeqCst);
-                    });
-                    // Every acquisition counts as a "write" for the order check: a permit
-                    // holder granted while an earlier arrival still waits passed it.
-                    log.push(Op {
-                        arrive,
-                        acquire,
-                        write: true,
-                        token: token.unwrap_or(u64::MAX),
-                    });
-                }
-                log
-            })
-        })
-        .collect();
-    while gate.at(0).load(SeqCst) < threads as u64 {
-        std::thread::yield_now();
-    }
-    let start = now_ns() + 2_000_000;
-    let end = start + ctx.plan.contended_ns;
-    gate.at(2).store(end, SeqCst);
-    gate.at(1).store(start, SeqCst);
-    let logs: Vec<Vec<Op>> = handles
-        .into_iter()
-        .map(|h| h.join().expect("thread"))
-        .collect();
-    figures(&logs, start, end, most.load(SeqCst))
+    trial(ctx, threads, 100, cs, || lock.handle(), |h, _, f| h.with(f))
 }
 
 /// The semaphore.

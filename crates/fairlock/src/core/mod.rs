@@ -75,6 +75,8 @@ mod tests;
 mod weighted_review;
 #[cfg(all(test, not(loom)))]
 mod weighted_review2;
+#[cfg(all(test, not(loom)))]
+mod weighted_test_support;
 
 pub use advance::advance;
 pub use claim::{Claim, claim_granted, claim_ready};

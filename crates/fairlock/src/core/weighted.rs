@@ -407,23 +407,8 @@ mod tests {
     use super::*;
     use crate::core::layout::{OwnedState, RecordKind};
     use crate::core::model::ModelPlatform;
-    use crate::core::{Claim, Me, claim_granted, lock, release, try_lock};
-
-    fn me(participant: u32, shared: bool) -> Me {
-        Me {
-            participant,
-            tid: 100 + participant,
-            lease_ms: None,
-            shared,
-        }
-    }
-
-    fn state_of(st: &LockState<'_>, t: u64) -> Option<State> {
-        let w = Word(st.slot(t).word.load(Relaxed));
-        (relate(w.lap(), st.lap(t)) == LapRelation::Same)
-            .then(|| w.state())
-            .flatten()
-    }
+    use crate::core::weighted_test_support::{claim, me, state_of};
+    use crate::core::{Me, lock, release, try_lock};
 
     /// Takes a ticket and publishes it (as `publish` does, walk included), without waiting.
     fn enqueue(st: &LockState<'_>, p: &ModelPlatform, who: &Me) -> u64 {
@@ -436,13 +421,6 @@ mod tests {
         assert!(cas(slot, w, waiting));
         advance(st, p);
         t
-    }
-
-    fn claim(st: &LockState<'_>, p: &ModelPlatform, t: u64, who: &Me) -> crate::core::Grant {
-        match claim_granted(st, p, t, who).unwrap() {
-            Claim::Held(g) => g,
-            other => panic!("ticket {t} not granted: {other:?}"),
-        }
     }
 
     #[test]

@@ -8,63 +8,11 @@ use super::layout::{OwnedState, RecordKind};
 use super::model::ModelPlatform;
 use super::platform::{Liveness, Platform};
 use super::recover::Watch;
-use super::word::{LapRelation, relate};
+use super::weighted_test_support::*;
 use super::*;
 use crate::primitive::AtomicU64;
 use crate::primitive::Ordering::Relaxed;
 use std::cell::RefCell;
-
-fn me(participant: u32, shared: bool) -> Me {
-    Me {
-        participant,
-        tid: 100 + participant,
-        lease_ms: None,
-        shared,
-    }
-}
-
-fn leased(participant: u32, tid: u32, ms: u64) -> Me {
-    Me {
-        participant,
-        tid,
-        lease_ms: Some(ms),
-        shared: true,
-    }
-}
-
-fn state_of(st: &LockState<'_>, t: u64) -> Option<State> {
-    let w = Word(st.slot(t).word.load(Relaxed));
-    (relate(w.lap(), st.lap(t)) == LapRelation::Same)
-        .then(|| w.state())
-        .flatten()
-}
-
-/// A deadline `ms` milliseconds of model time from now.
-fn in_ms(p: &ModelPlatform, ms: u64) -> Option<u64> {
-    Some(p.now_ns() + ms * 1_000_000)
-}
-
-/// Publishes ticket `t`'s `Waiting` word without the walk that `publish` does after it: a
-/// taker preempted between its publication CAS and its walk.
-fn publish_without_walk(st: &LockState<'_>, who: &Me) -> u64 {
-    let t = st.header().next_ticket.fetch_add(1, Relaxed);
-    let slot = st.slot(t);
-    let w = Word(slot.word.load(Relaxed));
-    assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);
-    let waiting =
-        Word::new(st.lap(t), who.participant, State::Waiting, false).with_shared(who.shared);
-    slot.word
-        .compare_exchange(w.0, waiting.0, Relaxed, Relaxed)
-        .unwrap();
-    t
-}
-
-fn claim(st: &LockState<'_>, p: &ModelPlatform, t: u64, who: &Me) -> Grant {
-    match claim_granted(st, p, t, who).unwrap() {
-        Claim::Held(g) => g,
-        other => panic!("ticket {t} not granted: {other:?}"),
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Finding 1: a dead holder's news on the slot the next taker needs.

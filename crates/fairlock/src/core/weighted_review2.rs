@@ -6,45 +6,11 @@
 
 use super::layout::{OwnedState, RecordKind};
 use super::model::ModelPlatform;
-use super::platform::Platform;
 use super::publish::publish;
 use super::recover::Watch;
-use super::word::{LapRelation, relate};
+use super::weighted_test_support::*;
 use super::*;
 use crate::primitive::Ordering::Relaxed;
-
-fn me(participant: u32, shared: bool) -> Me {
-    Me {
-        participant,
-        tid: 100 + participant,
-        lease_ms: None,
-        shared,
-    }
-}
-
-fn state_of(st: &LockState<'_>, t: u64) -> Option<State> {
-    let w = Word(st.slot(t).word.load(Relaxed));
-    (relate(w.lap(), st.lap(t)) == LapRelation::Same)
-        .then(|| w.state())
-        .flatten()
-}
-
-fn in_ms(p: &ModelPlatform, ms: u64) -> Option<u64> {
-    Some(p.now_ns() + ms * 1_000_000)
-}
-
-fn publish_without_walk(st: &LockState<'_>, who: &Me) -> u64 {
-    let t = st.header().next_ticket.fetch_add(1, Relaxed);
-    let slot = st.slot(t);
-    let w = Word(slot.word.load(Relaxed));
-    assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);
-    let waiting =
-        Word::new(st.lap(t), who.participant, State::Waiting, false).with_shared(who.shared);
-    slot.word
-        .compare_exchange(w.0, waiting.0, Relaxed, Relaxed)
-        .unwrap();
-    t
-}
 
 /// R2-1. After a retake, a thread's own read lies more than `N` tickets past `head` (pinned at
 /// the long read): `holds_already` scans only `N` tickets from `head`, so the thread's request

@@ -1,0 +1,66 @@
+//! Helpers of the weighted kinds' unit tests (`weighted.rs`'s tests and the two reviews'
+//! regression tests): who takes a ticket, what a ticket's slot says, a deadline in model time,
+//! a taker stopped between its publication and its walk, a claim.
+
+use super::layout::LockState;
+use super::model::ModelPlatform;
+use super::platform::Platform;
+use super::word::{LapRelation, relate};
+use super::{Claim, Grant, Me, State, Word, claim_granted};
+use crate::primitive::Ordering::Relaxed;
+
+/// Participant `participant` (thread id 100 + it), without a lease.
+pub(super) fn me(participant: u32, shared: bool) -> Me {
+    Me {
+        participant,
+        tid: 100 + participant,
+        lease_ms: None,
+        shared,
+    }
+}
+
+/// A shared taker with a lease of `ms`.
+pub(super) fn leased(participant: u32, tid: u32, ms: u64) -> Me {
+    Me {
+        participant,
+        tid,
+        lease_ms: Some(ms),
+        shared: true,
+    }
+}
+
+/// Ticket `t`'s state, if its slot shows its lap.
+pub(super) fn state_of(st: &LockState<'_>, t: u64) -> Option<State> {
+    let w = Word(st.slot(t).word.load(Relaxed));
+    (relate(w.lap(), st.lap(t)) == LapRelation::Same)
+        .then(|| w.state())
+        .flatten()
+}
+
+/// A deadline `ms` milliseconds of model time from now.
+pub(super) fn in_ms(p: &ModelPlatform, ms: u64) -> Option<u64> {
+    Some(p.now_ns() + ms * 1_000_000)
+}
+
+/// Takes the next ticket and publishes its `Waiting` word without the walk that `publish`
+/// does after it: a taker preempted between its publication CAS and its walk.
+pub(super) fn publish_without_walk(st: &LockState<'_>, who: &Me) -> u64 {
+    let t = st.header().next_ticket.fetch_add(1, Relaxed);
+    let slot = st.slot(t);
+    let w = Word(slot.word.load(Relaxed));
+    assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);
+    let waiting =
+        Word::new(st.lap(t), who.participant, State::Waiting, false).with_shared(who.shared);
+    slot.word
+        .compare_exchange(w.0, waiting.0, Relaxed, Relaxed)
+        .unwrap();
+    t
+}
+
+/// Claims ticket `t`, which must be granted.
+pub(super) fn claim(st: &LockState<'_>, p: &ModelPlatform, t: u64, who: &Me) -> Grant {
+    match claim_granted(st, p, t, who).unwrap() {
+        Claim::Held(g) => g,
+        other => panic!("ticket {t} not granted: {other:?}"),
+    }
+}
