@@ -19,8 +19,8 @@ use crate::error::Result;
 /// phase-fair). `try_read` and `try_write` never jump the queue.
 ///
 /// A dead reader's or writer's grant is recovered like a dead `FairLock` holder's, and the
-/// next grant learns it through `owner_died()` (so do the readers granted together with it;
-/// a reader granted later, by another hand-off, is not). Leases (see [`OpenOptions::lease`]) work for readers and writers; a process
+/// next grant learns it through `owner_died()` (so does every reader granted while a reader
+/// told of it still holds: the whole batch that reads what a dead writer left). Leases (see [`OpenOptions::lease`]) work for readers and writers; a process
 /// holds at most one *leased* grant of a file at a time (a second is refused with
 /// [`Error::InvalidOption`](crate::Error::InvalidOption); unleased grants are not limited).
 /// Fencing tokens strictly increase over grants: a write's token exceeds that of every grant

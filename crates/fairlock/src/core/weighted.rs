@@ -32,13 +32,15 @@
 //!
 //! A dead holder is revoked (`Held → Revoked`) and a dead grantee skipped, by [`recover`],
 //! which — unlike the exclusive lock's — walks past live holders, since any of them may be
-//! dead. The news that an owner died (a `Revoked` word, or a `Skipped` one whose grant carried
-//! the news) goes to the next grant a walker makes after passing it, which gets `died` set;
-//! the walker then rewrites those news words as plain `Skipped`, so that the news is delivered
-//! once. `head` is raised only up to the first unfinished ticket *or the first news not yet
-//! delivered*, whichever comes first, so the slot of an undelivered death is not reused
-//! (`publish::may_reuse`), and a walker killed between its grant and the rewrite leaves the
-//! news to be delivered again (to a later grant: a spurious report, never a lost one).
+//! dead. The news of a death (a `Revoked` word, or a `Skipped` one whose grant carried it) does
+//! not stay in the slot: the first walk that passes it counts it in the header's `deaths` and
+//! then rewrites the word as a plain `Skipped` (`collect_news`); whoever replaces a previous
+//! lap's news word counts it first (`count_replaced_news`). A grant is told while `deaths` is
+//! ahead of `told`, which the telling walk then raises; that walk tells every further grant it
+//! makes, and a reader/writer lock also tells every reader granted while a told reader holds
+//! (the batch that reads what a dead writer left). Counting before rewriting, and raising
+//! `told` after granting, make a crash between them a repeated report, never a lost one.
+//! `head` goes up to the first ticket not known to be final.
 
 use super::advance::cas;
 use super::frontier::{MAX_STEPS, before, raise_head};
@@ -58,6 +60,8 @@ pub struct Front {
     pub shared: u64,
     /// Whether an exclusive ticket is granted or held.
     pub exclusive: bool,
+    /// Whether a granted or held shared ticket was told `owner_died`.
+    pub told: bool,
 }
 
 impl Front {
@@ -75,6 +79,7 @@ impl Front {
     fn count(&mut self, w: Word) {
         if w.shared() {
             self.shared += 1;
+            self.told |= w.died();
         } else {
             self.exclusive = true;
         }
@@ -200,7 +205,14 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 // Acquire: pairs with the Release count of the death (`collect_news`).
                 let deaths = hdr.deaths.load(Acquire);
                 telling |= deaths != hdr.told.load(Acquire);
-                let granted = w.with_state(State::Granted).with_died(telling);
+                // A reader granted while a reader told of a death still holds (or is granted)
+                // is told too, whichever walk grants it: it joins a batch that reads what the
+                // dead left. The told grants carry `died` in their words, which this walk has
+                // counted (second review, finding 6).
+                let joins_told = st.is_rwlock() && w.shared() && front.told;
+                let granted = w
+                    .with_state(State::Granted)
+                    .with_died(telling || joins_told);
                 if !cas(slot, w, granted) {
                     continue; // changed under us: look again
                 }
@@ -596,12 +608,14 @@ mod tests {
         let readers = Front {
             shared: 2,
             exclusive: false,
+            told: false,
         };
         assert!(readers.admits(true, 3) && !readers.admits(true, 2));
         assert!(!readers.admits(false, 3));
         let writer = Front {
             shared: 0,
             exclusive: true,
+            told: false,
         };
         assert!(!writer.admits(true, 8) && !writer.admits(false, 8));
     }

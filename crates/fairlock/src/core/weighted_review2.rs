@@ -1,6 +1,5 @@
 //! Regression tests from the second adversarial review of the weighted kinds (8c9d706); each
-//! failed on that code. (Its finding 6 — readers granted by *another* walk after a told one are
-//! not told — is documented as a limit instead: DESIGN.md, "Deaths".)
+//! failed on that code.
 //! Scripted platform, heap state: `cargo test -p fairlock --lib review2`. (Its finding 2 — a
 //! share held while more than ~3 × 4096 laps of its slot pass — is a documented limit too.)
 
@@ -122,4 +121,32 @@ fn review2_a_free_permit_is_granted_next_to_seventeen_long_holders() {
         });
         release(&st, &p, &g, 2).unwrap();
     }
+}
+
+/// R2-6 (a). A dead writer; reader R1 is granted and told; reader R2 arrives while R1 holds and
+/// is granted by its own walk, after `told` was raised: it shares R1's batch and reads what the
+/// writer left, so it must be told too.
+#[test]
+fn review2_every_reader_of_the_batch_after_a_dead_writer_is_told() {
+    let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000);
+    let t = Tuning::default();
+    let _w = lock(&st, &p, &me(1, false), None, &t).unwrap();
+    let r1 = me(2, true);
+    let t1 = publish_without_walk(&st, &r1);
+    p.set_dead(1, true);
+    let mut watch = Watch::default();
+    let _ = recover(&st, &p, t1, &mut watch, &t);
+    let g1 = claim(&st, &p, t1, &r1);
+    assert!(g1.died);
+    let g2 = lock(&st, &p, &me(3, true), in_ms(&p, 10), &t).unwrap();
+    assert!(
+        g2.died,
+        "a reader of the batch after the dead writer, holding together with a told one, was not told"
+    );
+    release(&st, &p, &g1, 2).unwrap();
+    release(&st, &p, &g2, 3).unwrap();
+    let g3 = lock(&st, &p, &me(4, true), in_ms(&p, 10), &t).unwrap();
+    assert!(!g3.died, "the batch had ended");
 }
