@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::core::frontier::{before, first_unfinished};
 use crate::core::layout::{Kind, RecordKind};
 use crate::core::lease::Lease;
+use crate::core::weighted::ticket_of;
 use crate::core::word::{LapRelation, lap_of, relate};
 use crate::core::{Liveness, State};
 use crate::error::Result;
@@ -117,11 +118,6 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Status> {
     let path = path.as_ref();
     let view = open_read_only(path)?;
     Ok(snapshot(path, &view))
-}
-
-/// The ticket below `next` that slot `i` (of `1 << shift`) holds when its word shows lap `lap`.
-pub(crate) fn ticket_of(lap: u64, i: u64, shift: u32, next: u64) -> u64 {
-    crate::core::weighted::ticket_of(lap, i, shift, next)
 }
 
 /// Builds the snapshot by walking from the first unfinished ticket to the last (at most `N`).

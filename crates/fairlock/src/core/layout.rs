@@ -407,20 +407,31 @@ pub struct LockState<'a> {
     rwlock: bool,
 }
 
-/// The view's kind as the header states it (read once, when the view is built): `(weighted,
-/// rwlock, capacity)`. Garbage reads as an exclusive lock, whose protocol never trusts more than
-/// one holder; the file layer refuses such files before building a view.
+/// `(weighted, rwlock, capacity)` of a view of kind `kind` with `1 << shift` slots. `None`
+/// (garbage in a header) reads as an exclusive lock, whose protocol never trusts more than one
+/// holder; the file layer refuses such files before building a view.
+fn weights(kind: Option<RecordKind>, shift: u32) -> (bool, bool, u64) {
+    let n = 1u64 << shift;
+    match kind {
+        Some(RecordKind {
+            kind: Kind::RwLock, ..
+        }) => (true, true, n),
+        Some(RecordKind {
+            kind: Kind::Semaphore,
+            permits,
+        }) => (true, false, u64::from(permits).clamp(1, n)),
+        _ => (false, false, 1),
+    }
+}
+
+/// The view's kind as the header states it, for views over parts the caller has not validated
+/// (tests, loom).
 fn kind_of(header: &Header, shift: u32) -> (bool, bool, u64) {
     // Relaxed: written once when the file is initialised, before the magic that the opener
     // read with Acquire.
     let code = header.kind.load(crate::primitive::Ordering::Relaxed);
     let permits = header.permits.load(crate::primitive::Ordering::Relaxed);
-    let n = 1u64 << shift;
-    match RecordKind::decode(code, permits).map(|k| k.kind) {
-        Some(Kind::RwLock) => (true, true, n),
-        Some(Kind::Semaphore) => (true, false, u64::from(permits).clamp(1, n)),
-        _ => (false, false, 1),
-    }
+    weights(RecordKind::decode(code, permits), shift)
 }
 
 impl<'a> LockState<'a> {
@@ -448,17 +459,20 @@ impl<'a> LockState<'a> {
     }
 
     /// A view over parts whose geometry the caller has validated (`slots.len()` a power of
-    /// two ≥ 2 with `log2` ≤ `MAX_SLOT_SHIFT`). Safe either way: a wrong length can only make
-    /// an index panic, never read out of bounds; checked in debug builds.
+    /// two ≥ 2 with `log2` ≤ `MAX_SLOT_SHIFT`), of the validated `kind` (taken from the
+    /// geometry, not read from the header again: this runs on every lock and unlock). Safe
+    /// either way: a wrong length can only make an index panic, never read out of bounds;
+    /// checked in debug builds.
     #[inline]
     pub(crate) fn from_validated(
         header: &'a Header,
         participants: &'a [Participant],
         slots: &'a [Slot],
+        kind: RecordKind,
     ) -> LockState<'a> {
         debug_assert!(LockState::new(header, participants, slots).is_some());
         let shift = slots.len().trailing_zeros();
-        let (weighted, rwlock, capacity) = kind_of(header, shift);
+        let (weighted, rwlock, capacity) = weights(Some(kind), shift);
         LockState {
             header,
             participants,

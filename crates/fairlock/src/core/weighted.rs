@@ -103,9 +103,7 @@ pub(crate) fn is_news(w: Word) -> bool {
 /// again (a spurious report later, never a lost one); two collectors of one word count it
 /// twice, with the same effect. False if the word changed (the caller looks again).
 pub(crate) fn collect_news(st: &LockState<'_>, t: u64, w: Word) -> bool {
-    // Release: pairs with the Acquire load of `deaths` by the walker that grants next (the
-    // death happens-before the report of it).
-    st.header().deaths.fetch_add(1, Release);
+    count_replaced_news(st, w);
     crate::crash_point!("weighted.news_counted");
     let clean = Word::new(w.lap(), w.participant(), State::Skipped, false).with_shared(w.shared());
     cas(st.slot(t), w, clean)
@@ -116,7 +114,8 @@ pub(crate) fn collect_news(st: &LockState<'_>, t: u64, w: Word) -> bool {
 #[inline]
 pub(crate) fn count_replaced_news(st: &LockState<'_>, prev: Word) {
     if is_news(prev) {
-        // Release: as in `collect_news`.
+        // Release: pairs with the Acquire load of `deaths` by the walk that grants next (the
+        // death happens-before the report of it).
         st.header().deaths.fetch_add(1, Release);
     }
 }
@@ -130,6 +129,8 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
     // follows the other party's write, so at least one of the two walks sees both.
     fence(SeqCst);
     let hdr = st.header();
+    // Acquire: pairs with the Release raise of `head` (`frontier::raise_head`) by the walk
+    // that passed the tickets below it.
     let head = hdr.head.load(Acquire);
     let cap = st.capacity();
     let mut front = Front::default();
@@ -204,6 +205,8 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 }
                 // Acquire: pairs with the Release count of the death (`collect_news`).
                 let deaths = hdr.deaths.load(Acquire);
+                // Acquire: pairs with the AcqRel raise of `told` below, by the walk that told
+                // the grant before ours.
                 telling |= deaths != hdr.told.load(Acquire);
                 // A reader granted while a reader told of a death still holds (or is granted)
                 // is told too, whichever walk grants it: it joins a batch that reads what the
@@ -220,6 +223,8 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 if telling {
                     // Told: later grants by other walks need not be (this one's go on telling).
                     // A walker killed before this leaves the death to be told again.
+                    // AcqRel: releases our grant's telling to the walks that load `told` next;
+                    // acquires the raises before ours (a read-modify-write on one word).
                     hdr.told.fetch_max(deaths, AcqRel);
                 }
                 if state == State::Sleeping {
@@ -280,6 +285,8 @@ pub fn recover<P: Platform>(
     watch: &mut Watch<'_>,
     tuning: &Tuning,
 ) -> Ahead {
+    // Relaxed: only where to start (a lower bound of the unfinished tickets); the words
+    // decide, loaded with Acquire.
     let start = st.header().head.load(Relaxed);
     let mut h = start;
     let mut busy = false;
@@ -303,6 +310,7 @@ pub fn recover<P: Platform>(
                 // Taken, not published. Its taker publishes within nanoseconds unless it died
                 // or stalls; after the grace (or at once, if its lapped record says it gave up
                 // or died) the ticket is skipped, and a stalled taker takes another.
+                // Relaxed: a ticket is only a number.
                 let next = st.header().next_ticket.load(Relaxed);
                 if !before(h, next) {
                     break;
@@ -390,6 +398,7 @@ pub fn holds_already(st: &LockState<'_>, participant: u32, tid: u32) -> bool {
         let slot = st.slot(i);
         // Acquire: as in `advance`.
         let w = Word(slot.word.load(Acquire));
+        // Relaxed: informational stamps; for a ticket of ours, written by this very thread.
         let stamp = slot.stamp.load(Relaxed);
         matches!(w.state(), Some(State::Held | State::Granted))
             && w.participant() == participant

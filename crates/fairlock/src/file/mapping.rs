@@ -77,6 +77,6 @@ impl Mapping {
         let slots = unsafe {
             std::slice::from_raw_parts(base.add(g.slots_offset).cast::<Slot>(), g.slots as usize)
         };
-        LockState::from_validated(header, participants, slots)
+        LockState::from_validated(header, participants, slots, g.kind)
     }
 }
