@@ -24,7 +24,7 @@ class Lock:
     in the shape of ``threading.Lock``; owned by the thread that acquired it."""
 
     def __new__(
-        cls, path: _Path, *, name: None = None, lease: Optional[float] = None
+        cls, path: _Path, *, name: Optional[str] = None, lease: Optional[float] = None
     ) -> "Lock": ...
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Waits in line; False if not acquired (``blocking=False`` or ``timeout``)."""
@@ -55,14 +55,14 @@ class Lock:
         tb: Optional[TracebackType],
     ) -> None: ...
     def _is_owned(self) -> bool: ...
-    def __reduce__(self) -> Tuple[Callable[..., "Lock"], Tuple[str, str, Optional[float]]]: ...
+    def __reduce__(self) -> Tuple[Callable[..., "Lock"], Tuple[str, str, Optional[float], Optional[str]]]: ...
 
 @final
 class RLock:
     """A re-entrant ``Lock``, in the shape of ``threading.RLock``."""
 
     def __new__(
-        cls, path: _Path, *, name: None = None, lease: Optional[float] = None
+        cls, path: _Path, *, name: Optional[str] = None, lease: Optional[float] = None
     ) -> "RLock": ...
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """One more level if this thread holds it; otherwise as ``Lock.acquire``."""
@@ -89,7 +89,7 @@ class RLock:
     def _is_owned(self) -> bool: ...
     def _release_save(self) -> int: ...
     def _acquire_restore(self, depth: int) -> None: ...
-    def __reduce__(self) -> Tuple[Callable[..., "RLock"], Tuple[str, str, Optional[float]]]: ...
+    def __reduce__(self) -> Tuple[Callable[..., "RLock"], Tuple[str, str, Optional[float], Optional[str]]]: ...
 
 @final
 class RWLockSide:
@@ -124,7 +124,7 @@ class RWLock:
     ``path``: readers together, writers alone, all in arrival order."""
 
     def __new__(
-        cls, path: _Path, *, name: None = None, lease: Optional[float] = None
+        cls, path: _Path, *, name: Optional[str] = None, lease: Optional[float] = None
     ) -> "RWLock": ...
     def read(self) -> RWLockSide:
         """The read side."""
@@ -134,7 +134,7 @@ class RWLock:
     def path(self) -> str: ...
     @property
     def lease(self) -> Optional[float]: ...
-    def __reduce__(self) -> Tuple[Callable[..., "RWLock"], Tuple[str, str, Optional[float]]]: ...
+    def __reduce__(self) -> Tuple[Callable[..., "RWLock"], Tuple[str, str, Optional[float], Optional[str]]]: ...
 
 class _Ticket(TypedDict):
     ticket: int
@@ -153,7 +153,9 @@ class _HolderStatus(_Ticket):
 class _WaiterStatus(_Ticket):
     waited_ms: Optional[int]
 
-class _Status(TypedDict):
+class _Status(TypedDict, total=False):
+    name: str
+    names: List["_Status"]
     path: str
     kind: str
     permits: Optional[int]
@@ -170,7 +172,10 @@ class _Status(TypedDict):
     queue: List[_WaiterStatus]
 
 def status(path: _Path) -> _Status:
-    """Holder and queue of the lock file at ``path``, as ``fairlock status --json``."""
+    """Holder and queue of the lock file at ``path``, as ``fairlock status --json``; for a
+    file of named locks, ``kind`` is ``"names"`` and ``names`` lists each name's."""
 
 def _after_fork_in_child() -> None: ...
-def _reopen(class_: str, path: _Path, lease: Optional[float]) -> Any: ...
+def _reopen(
+    class_: str, path: _Path, lease: Optional[float], name: Optional[str] = None
+) -> Any: ...

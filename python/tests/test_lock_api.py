@@ -212,12 +212,40 @@ def test_bad_lease_is_a_value_error(lock_path, lease):
         fairlock.Lock(lock_path, lease=lease)
 
 
-def test_named_locks_are_not_there_yet(lock_path):
-    with pytest.raises(NotImplementedError, match="named locks"):
-        fairlock.Lock(lock_path, name="jobs")
-    with pytest.raises(NotImplementedError):
-        fairlock.RLock(lock_path, name="jobs")
-    fairlock.Lock(lock_path, name=None)  # the default is accepted
+def test_named_locks_share_one_file(lock_path):
+    jobs = fairlock.Lock(lock_path, name="jobs")
+    users = fairlock.Lock(lock_path, name="user-\u00e9")
+    again = fairlock.RLock(lock_path, name="again")
+    assert jobs.acquire(blocking=False)
+    assert users.acquire(blocking=False)  # another name: not excluded by "jobs"
+    got = []
+    t = threading.Thread(
+        target=lambda: got.append(fairlock.Lock(lock_path, name="jobs").acquire(timeout=0.01))
+    )
+    t.start()
+    t.join()
+    assert got == [False]  # "jobs" is held (by this thread)
+    with again, again:
+        pass
+    st = fairlock.status(lock_path)
+    assert st["kind"] == "names"
+    by_name = {n["name"]: n for n in st["names"]}
+    assert set(by_name) == {"jobs", "user-\u00e9", "again"}
+    assert by_name["jobs"]["held"] and by_name["jobs"]["kind"] == "exclusive"
+    assert not by_name["again"]["held"]
+    assert "name='jobs'" in repr(jobs) or 'name="jobs"' in repr(jobs)
+    copy = pickle.loads(pickle.dumps(jobs))
+    assert "jobs" in repr(copy)  # the same name, reopened
+    jobs.release()
+    users.release()
+    with pytest.raises(TypeError, match="name must be a str"):
+        fairlock.Lock(lock_path, name=b"jobs")
+    with pytest.raises(ValueError):
+        fairlock.Lock(lock_path, name="x" * 256)
+    with pytest.raises(fairlock.IncompatibleLockFile) as e:
+        fairlock.Lock(lock_path)  # a file of named locks is not a file of one lock
+    assert "named locks" in str(e.value)
+    fairlock.Lock(str(lock_path) + ".single", name=None)  # the default is accepted
 
 
 def test_errors_name_the_file(tmp_path):

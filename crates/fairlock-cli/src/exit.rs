@@ -78,7 +78,9 @@ impl Failure {
             | E::Incompatible { .. }
             | E::KindMismatch { .. } => DATA,
             E::InvalidPath { .. } | E::Io { .. } => NO_INPUT,
-            E::TooManyParticipants { .. } | E::TooManyOpenFiles { .. } => TEMP,
+            E::TooManyParticipants { .. } | E::TooManyNames { .. } | E::TooManyOpenFiles { .. } => {
+                TEMP
+            }
             E::InvalidOption { .. } => USAGE,
             E::LockLost { .. } => LOST,
             _ => SOFTWARE,

@@ -57,7 +57,14 @@ pub fn asks_for_a_kind(a: &RunArgs) -> bool {
 /// its own --permits; a new file is a reader/writer lock with -s or -x, a semaphore with
 /// --permits, else an exclusive lock.
 pub fn open(a: &RunArgs, opts: &OpenOptions, path: &Path) -> Result<Lock> {
-    let existing = fairlock::inspect(path).ok().map(|st| st.kind);
+    let existing = fairlock::inspect(path).ok().and_then(|st| match &a.name {
+        Some(name) => st
+            .names
+            .into_iter()
+            .find(|n| n.name.as_ref() == Some(name))
+            .map(|n| n.kind),
+        None => Some(st.kind),
+    });
     match (wanted(a), existing) {
         (Wanted::Permits(n), _) => opts.open_semaphore(path, n).map(Lock::Permit),
         (Wanted::Shared, _) => opts.open_rwlock(path).map(Lock::Read),

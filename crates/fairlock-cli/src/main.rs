@@ -88,6 +88,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", conflicts_with_all = ["exclusive", "shared"],
           value_parser = clap::value_parser!(u32).range(1..=524_288))]
     pub permits: Option<u32>,
+    /// The lock named KEY inside LOCKFILE, a file of named locks (created with the name on
+    /// first use): any number of independent locks in one file, each FIFO and robust. KEY is
+    /// any UTF-8 of at most 255 bytes. Combines with -s, -x and --permits (each name has its
+    /// own kind).
+    #[arg(long, value_name = "KEY")]
+    pub name: Option<String>,
     /// Accepted for flock(1)'s habits and always in effect: the command never inherits the
     /// lock (fairlock holds it, and releases it when the command ends).
     #[arg(short = 'o', long = "close", overrides_with = "close")]
@@ -132,6 +138,9 @@ pub struct StatusArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Only the lock named KEY of a file of named locks.
+    #[arg(long, value_name = "KEY")]
+    pub name: Option<String>,
     /// The lock file (never modified), or etcd://HOST:PORT[,HOST:PORT...]/NAME.
     #[arg(value_name = "LOCKFILE")]
     pub lockfile: PathBuf,

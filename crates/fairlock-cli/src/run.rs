@@ -64,6 +64,9 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
         a.wait
     };
     let mut opts = FairLock::options();
+    if let Some(name) = &a.name {
+        opts.name(name.as_str());
+    }
     if let Some(lease) = a.lease {
         opts.lease(lease);
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fairlock::{LockKind, Status, TicketInfo};
 
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 use crate::secs::human;
 use crate::{StatusArgs, out};
 
@@ -31,7 +31,28 @@ pub fn main(a: &StatusArgs) -> Result<u8, Failure> {
         return crate::etcd::status(a, address);
     }
     let path = a.lockfile.as_path();
-    let st = fairlock::inspect(path).map_err(|e| Failure::open(path, &e))?;
+    let mut st = fairlock::inspect(path).map_err(|e| Failure::open(path, &e))?;
+    if let Some(name) = &a.name {
+        if st.kind != LockKind::Names {
+            return Err(Failure::new(
+                exit::DATA,
+                format!(
+                    "{}: holds one lock without names (--name is for a file of named locks)",
+                    path.display()
+                ),
+            ));
+        }
+        st.names.retain(|n| n.name.as_ref() == Some(name));
+        if st.names.is_empty() {
+            return Err(Failure::new(
+                exit::NO_INPUT,
+                format!(
+                    "{}: no lock named {name:?} (in use, or kept for reuse)",
+                    path.display()
+                ),
+            ));
+        }
+    }
     out(&if a.json { json(&st) } else { text(&st) });
     Ok(0)
 }
@@ -54,6 +75,26 @@ fn role(k: LockKind, t: &TicketInfo) -> &'static str {
 fn text(st: &Status) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "lock file:      {}", st.path.display());
+    if st.kind == LockKind::Names {
+        let held = st.names.iter().filter(|n| n.holder.is_some()).count();
+        let _ = writeln!(
+            s,
+            "kind:           named locks ({} names, {held} held)",
+            st.names.len()
+        );
+        for n in &st.names {
+            let _ = writeln!(s, "\nname:           {}", n.name.as_deref().unwrap_or(""));
+            s.push_str(&lock_text(n));
+        }
+        return s;
+    }
+    s.push_str(&lock_text(st));
+    s
+}
+
+/// The lines of one lock (of a file of one lock, or a name's).
+fn lock_text(st: &Status) -> String {
+    let mut s = String::new();
     match st.kind {
         LockKind::RwLock => s.push_str("kind:           reader/writer lock\n"),
         LockKind::Semaphore { permits } => {
@@ -199,6 +240,25 @@ fn waiter(w: &TicketInfo) -> String {
 }
 
 fn json(st: &Status) -> String {
+    if st.kind == LockKind::Names {
+        let names: Vec<String> = st.names.iter().map(lock_json).collect();
+        return format!(
+            "{{\"path\":{},\"kind\":\"names\",\"names\":[{}]}}\n",
+            string(&st.path.to_string_lossy()),
+            names.join(",")
+        );
+    }
+    let mut j = lock_json(st);
+    j.push('\n');
+    j
+}
+
+/// One lock's JSON object (a name's has a "name" member first).
+fn lock_json(st: &Status) -> String {
+    let name = st
+        .name
+        .as_ref()
+        .map_or_else(String::new, |n| format!("\"name\":{},", string(n)));
     let h = st.holder.as_ref();
     let queue: Vec<String> = st.waiters.iter().map(waiter).collect();
     let holders: Vec<String> = st.holders.iter().map(holder).collect();
@@ -207,7 +267,7 @@ fn json(st: &Status) -> String {
         _ => None,
     };
     format!(
-        "{{\"path\":{},\"kind\":{},\"permits\":{},\"held\":{},\"owner_pid\":{},\"owner_tid\":{},\"token\":{},\"next_ticket\":{},\"waiters\":{},\"arriving\":{},\"lease_remaining_ms\":{},\"holder\":{},\"holders\":[{}],\"queue\":[{}]}}\n",
+        "{{{name}\"path\":{},\"kind\":{},\"permits\":{},\"held\":{},\"owner_pid\":{},\"owner_tid\":{},\"token\":{},\"next_ticket\":{},\"waiters\":{},\"arriving\":{},\"lease_remaining_ms\":{},\"holder\":{},\"holders\":[{}],\"queue\":[{}]}}",
         string(&st.path.to_string_lossy()),
         string(st.kind.name()),
         num(permits),

@@ -236,3 +236,61 @@ fn a_killed_reader_is_recovered_and_the_writer_told() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "1\n");
     std::fs::write(d.join("release"), "").unwrap(); // the orphaned command ends too
 }
+
+#[test]
+fn named_locks_in_one_file_exclude_per_name_and_status_lists_them() {
+    let dir = TempDir::new("cli-kinds-names");
+    let d = dir.path();
+    // One command holds "alpha" until told to go; "beta" in the same file is free meanwhile,
+    // "alpha" is busy (-n: exit 1), and status lists both names.
+    let mut holder = spawn(
+        d,
+        "\"$FL\" run --name alpha \"$D/jobs.lock\" -- sh -c 'touch \"$D/in\"; i=0; while [ ! -e \"$D/go\" ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done'",
+    );
+    wait_until(Duration::from_secs(20), "the holder of alpha", || {
+        d.join("in").exists()
+    });
+    let o = sh(d, "\"$FL\" run -n --name beta \"$D/jobs.lock\" -- true");
+    assert!(o.status.success(), "beta is free: {}", err(&o));
+    let o = sh(d, "\"$FL\" run -n --name alpha \"$D/jobs.lock\" -- true");
+    assert_eq!(o.status.code(), Some(1), "alpha is held: {}", err(&o));
+    // Readers of a third name run together: another kind in the same file.
+    let o = sh(
+        d,
+        "\"$FL\" run -s --name gamma \"$D/jobs.lock\" -- \"$FL\" run -n -s --name gamma \"$D/jobs.lock\" -- true",
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let text = sh(d, "\"$FL\" status \"$D/jobs.lock\"");
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("named locks (3 names, 1 held)"), "{text}");
+    assert!(text.contains("name:           alpha"), "{text}");
+    assert!(text.contains("reader/writer lock"), "{text}");
+    let j = json(d, "jobs.lock");
+    assert!(
+        j.starts_with("{\"path\":") && j.contains("\"kind\":\"names\""),
+        "{j}"
+    );
+    assert!(
+        j.contains("{\"name\":\"alpha\",") && j.contains("\"held\":true"),
+        "{j}"
+    );
+    let one = sh(d, "\"$FL\" status --json --name beta \"$D/jobs.lock\"");
+    let one = String::from_utf8_lossy(&one.stdout).into_owned();
+    assert!(
+        one.contains("\"name\":\"beta\"") && !one.contains("alpha"),
+        "{one}"
+    );
+    let missing = sh(d, "\"$FL\" status --name nobody \"$D/jobs.lock\"");
+    assert_eq!(missing.status.code(), Some(66), "{}", err(&missing));
+    // A file of named locks is not a file of one lock, and back (exit 65).
+    let o = sh(d, "\"$FL\" run -n \"$D/jobs.lock\" -- true");
+    assert_eq!(o.status.code(), Some(65), "{}", err(&o));
+    assert!(err(&o).contains("named locks"), "{}", err(&o));
+    let o = sh(
+        d,
+        "\"$FL\" run \"$D/one.lock\" -- true && \"$FL\" run --name x \"$D/one.lock\" -- true",
+    );
+    assert_eq!(o.status.code(), Some(65), "{}", err(&o));
+    std::fs::write(d.join("go"), b"").unwrap();
+    assert!(holder.wait().unwrap().success());
+}

@@ -30,39 +30,57 @@ pub(crate) struct Handle {
     kind: Kind,
     /// The lease every grant through this handle carries, if any.
     lease: Option<Duration>,
+    /// The lock's name in a file of named locks, if any.
+    name: Option<String>,
+}
+
+/// The library's options for a handle: its lease and name.
+fn options(lease: Option<Duration>, name: Option<&str>) -> fairlock::OpenOptions {
+    let mut options = FairLock::options();
+    if let Some(d) = lease {
+        options.lease(d);
+    }
+    if let Some(n) = name {
+        options.name(n);
+    }
+    options
 }
 
 impl Handle {
     /// Opens (creating if needed) the lock file at `path`; `reentrant` for an `RLock`.
-    pub(crate) fn open(path: &Path, lease: Option<Duration>, reentrant: bool) -> Result<Handle> {
-        let mut options = FairLock::options();
-        if let Some(d) = lease {
-            options.lease(d);
-        }
+    pub(crate) fn open(
+        path: &Path,
+        lease: Option<Duration>,
+        name: Option<String>,
+        reentrant: bool,
+    ) -> Result<Handle> {
+        let options = options(lease, name.as_deref());
         let kind = if reentrant {
             Kind::RLock(options.open_rlock(path)?)
         } else {
             Kind::Lock(options.open(path)?)
         };
-        Ok(Handle { kind, lease })
+        Ok(Handle { kind, lease, name })
     }
 
     /// Opens (creating if needed) the reader/writer lock file at `path`: its read side and its
     /// write side.
-    pub(crate) fn open_rw(path: &Path, lease: Option<Duration>) -> Result<(Handle, Handle)> {
-        let mut options = FairLock::options();
-        if let Some(d) = lease {
-            options.lease(d);
-        }
-        let rw = Arc::new(options.open_rwlock(path)?);
+    pub(crate) fn open_rw(
+        path: &Path,
+        lease: Option<Duration>,
+        name: Option<String>,
+    ) -> Result<(Handle, Handle)> {
+        let rw = Arc::new(options(lease, name.as_deref()).open_rwlock(path)?);
         Ok((
             Handle {
                 kind: Kind::Read(Arc::clone(&rw)),
                 lease,
+                name: name.clone(),
             },
             Handle {
                 kind: Kind::Write(rw),
                 lease,
+                name,
             },
         ))
     }
@@ -87,6 +105,11 @@ impl Handle {
 
     pub(crate) fn lease(&self) -> Option<Duration> {
         self.lease
+    }
+
+    /// The lock's name in a file of named locks, if any.
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
     pub(crate) fn is_reentrant(&self) -> bool {

@@ -35,13 +35,19 @@ fn _after_fork_in_child() {
 
 /// Unpickles a lock object (see `lock_object::reduce`): opens `path` again.
 #[pyfunction]
-#[pyo3(signature = (class, path, lease))]
-fn _reopen(py: Python<'_>, class: &str, path: LockPath, lease: Option<f64>) -> PyResult<Py<PyAny>> {
+#[pyo3(signature = (class, path, lease, name = None))]
+fn _reopen(
+    py: Python<'_>,
+    class: &str,
+    path: LockPath,
+    lease: Option<f64>,
+    name: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
     let reentrant = match class {
         "Lock" => false,
         "RLock" => true,
         "RWLock" => {
-            let (read, write) = lock_object::open_rw(py, path, None, lease)?;
+            let (read, write) = lock_object::open_rw(py, path, name, lease)?;
             return Ok(Py::new(py, rwlock::RWLock::from_handles(py, read, write)?)?.into_any());
         }
         _ => {
@@ -50,7 +56,7 @@ fn _reopen(py: Python<'_>, class: &str, path: LockPath, lease: Option<f64>) -> P
             )));
         }
     };
-    let handle = lock_object::open(py, path, None, lease, reentrant)?;
+    let handle = lock_object::open(py, path, name, lease, reentrant)?;
     Ok(if reentrant {
         Py::new(py, rlock::RLock::from_handle(handle))?.into_any()
     } else {

@@ -20,8 +20,10 @@ use crate::lock_object::{self as object, LockPath};
 /// * ``lease``: seconds. A holder past its lease may be taken over by the next waiter; it
 ///   then learns it lost the lock from ``check()``, ``extend()`` or ``release()``
 ///   (``fairlock.LockLost``; at the end of a ``with`` block, from its exit).
-/// * ``name``: reserved for named locks (many locks in one file); not available yet, raises
-///   ``NotImplementedError``.
+/// * ``name``: a ``str`` of at most 255 bytes: the lock of that name in a *file of named
+///   locks* (any number of independent locks in one file, each created on first use). A file
+///   holds either one unnamed lock or named ones; opening one as the other raises
+///   ``fairlock.IncompatibleLockFile``.
 ///
 /// A holder that dies (killed, crashed, its thread ended) never blocks the others: the next
 /// holder gets the lock with ``owner_died`` set. Every grant carries a fencing ``token`` that

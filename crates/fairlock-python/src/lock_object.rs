@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -36,8 +36,8 @@ impl FromPyObject<'_, '_> for LockPath {
 /// open may wait for another process initialising the file).
 ///
 /// # Errors
-/// `NotImplementedError` for a `name` (named locks are not there yet); `ValueError` for a bad
-/// lease; the library's errors for the file.
+/// `TypeError` for a `name` that is not a `str`; `ValueError` for a bad lease or a name of more
+/// than 255 bytes; the library's errors for the file.
 pub(crate) fn open(
     py: Python<'_>,
     LockPath(path): LockPath,
@@ -45,10 +45,10 @@ pub(crate) fn open(
     lease: Option<f64>,
     reentrant: bool,
 ) -> PyResult<Arc<Handle>> {
-    refuse_name(name)?;
+    let name = name_of(name)?;
     let lease = lease.map(|s| duration("lease", s)).transpose()?;
     let handle = py
-        .detach(|| Handle::open(&path, lease, reentrant))
+        .detach(|| Handle::open(&path, lease, name, reentrant))
         .map_err(|e| errors::to_py(py, e))?;
     Ok(Arc::new(handle))
 }
@@ -64,21 +64,28 @@ pub(crate) fn open_rw(
     name: Option<&Bound<'_, PyAny>>,
     lease: Option<f64>,
 ) -> PyResult<(Handle, Handle)> {
-    refuse_name(name)?;
+    let name = name_of(name)?;
     let lease = lease.map(|s| duration("lease", s)).transpose()?;
-    py.detach(|| Handle::open_rw(&path, lease))
+    py.detach(|| Handle::open_rw(&path, lease, name))
         .map_err(|e| errors::to_py(py, e))
 }
 
-/// Named locks are not there yet.
-fn refuse_name(name: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-    if name.is_some_and(|n| !n.is_none()) {
-        return Err(PyNotImplementedError::new_err(
-            "fairlock: named locks (many locks in one file, name=...) are not available in \
-             this version; use one lock file per lock",
-        ));
+/// The `name` argument: `None`, or a `str` (a lock in a file of named locks).
+///
+/// # Errors
+/// `TypeError` for anything else.
+fn name_of(name: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    match name {
+        Some(n) if !n.is_none() => n.extract::<String>().map(Some).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "name must be a str (a lock's name in a file of named locks), not {}",
+                n.get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_string(), |t| t.to_string())
+            ))
+        }),
+        _ => Ok(None),
     }
-    Ok(())
 }
 
 /// `seconds` as a `Duration`, for the argument `what`.
@@ -169,8 +176,11 @@ pub(crate) fn repr(class: &str, handle: &Arc<Handle>) -> String {
         Holding::Yes { depth } => format!("held by this thread, {depth} levels"),
         Holding::No | Holding::Inherited => "not held by this thread".to_string(),
     };
+    let name = handle
+        .name()
+        .map_or_else(String::new, |n| format!(", name={n:?}"));
     format!(
-        "<fairlock.{class} '{}', lease={lease}, {held}>",
+        "<fairlock.{class} '{}'{name}, lease={lease}, {held}>",
         handle.path().display()
     )
 }
@@ -185,6 +195,6 @@ pub(crate) fn reduce<'py>(
 ) -> PyResult<Bound<'py, PyTuple>> {
     let reopen = py.import("fairlock._fairlock")?.getattr("_reopen")?;
     let lease = handle.lease().map(|d| d.as_secs_f64());
-    let args = (class, handle.path().as_os_str(), lease).into_pyobject(py)?;
+    let args = (class, handle.path().as_os_str(), lease, handle.name()).into_pyobject(py)?;
     (reopen, args).into_pyobject(py)
 }

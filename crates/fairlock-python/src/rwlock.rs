@@ -32,7 +32,8 @@ use crate::lock_object::{self as object, LockPath};
 /// either side again gets ``fairlock.Error`` (errno ``EDEADLK``): it would wait behind itself.
 /// A dead reader or writer never blocks the others (the next grant is told ``owner_died``).
 /// With a ``lease``, a process holds one leased grant of the file at a time (a second raises
-/// ``ValueError``). ``name``: reserved for named locks, not available yet.
+/// ``ValueError``). ``name``: the reader/writer lock of that name in a file of named locks (as
+/// for ``Lock``).
 #[pyclass(frozen, weakref, module = "fairlock", name = "RWLock")]
 pub(crate) struct RWLock {
     read: Py<RWLockSide>,

@@ -15,6 +15,9 @@ use crate::lock_object::LockPath;
 /// disturbing the lock (read-only; no ticket, no participant entry), as a dict with the keys
 /// of `fairlock status --json`:
 ///
+/// For a file of named locks: `path`, `kind` (`names`) and `names`, a list of such dicts, one
+/// per name, each with a `name` key first. Otherwise:
+///
 /// `path`, `kind` (`exclusive`, `rwlock` or `semaphore`), `permits` (a semaphore's, else
 /// `None`), `held`, `owner_pid`, `owner_tid`, `token` (the holder's, or the next grant's if
 /// free), `next_ticket`, `waiters`, `arriving`, `lease_remaining_ms`, `holder` (a dict: `ticket`,
@@ -38,8 +41,22 @@ fn ms(d: Option<Duration>) -> Option<u128> {
 }
 
 fn to_dict<'py>(py: Python<'py>, st: &Status) -> PyResult<Bound<'py, PyDict>> {
+    if st.kind == LockKind::Names {
+        let d = PyDict::new(py);
+        d.set_item("path", st.path.as_os_str())?;
+        d.set_item("kind", st.kind.name())?;
+        let names = PyList::empty(py);
+        for n in &st.names {
+            names.append(to_dict(py, n)?)?;
+        }
+        d.set_item("names", names)?;
+        return Ok(d);
+    }
     let h = st.holder.as_ref();
     let d = PyDict::new(py);
+    if let Some(name) = &st.name {
+        d.set_item("name", name)?;
+    }
     d.set_item("path", st.path.as_os_str())?;
     d.set_item("kind", st.kind.name())?;
     d.set_item(

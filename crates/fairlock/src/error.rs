@@ -110,6 +110,14 @@ pub enum Error {
         /// How many participant entries the file has.
         capacity: u32,
     },
+    /// Every record of a file of named locks holds a name some live process has open (or
+    /// lies on the probe sequence of one), so a new name has no room.
+    TooManyNames {
+        /// The lock file.
+        path: PathBuf,
+        /// How many records the file has.
+        capacity: u32,
+    },
     /// This process has as many lock files open as it can track for `fork` (each needs a
     /// beacon descriptor the fork handler can find without allocating).
     TooManyOpenFiles {
@@ -181,6 +189,7 @@ impl Error {
             | Error::KindMismatch { path, .. }
             | Error::InvalidPath { path, .. }
             | Error::TooManyParticipants { path, .. }
+            | Error::TooManyNames { path, .. }
             | Error::TooManyOpenFiles { path, .. }
             | Error::InitLocked { path } => Some(path),
             Error::Io { path, .. } => Some(path.as_path()).filter(|p| !p.as_os_str().is_empty()),
@@ -204,7 +213,9 @@ impl Error {
             | Error::DataMismatch { .. }
             | Error::KindMismatch { .. } => K::InvalidData,
             Error::InvalidPath { .. } | Error::InvalidOption { .. } => K::InvalidInput,
-            Error::TooManyParticipants { .. } | Error::TooManyOpenFiles { .. } => K::ResourceBusy,
+            Error::TooManyParticipants { .. }
+            | Error::TooManyNames { .. }
+            | Error::TooManyOpenFiles { .. } => K::ResourceBusy,
             Error::Io { source, .. } => source.kind(),
         }
     }
@@ -268,6 +279,11 @@ impl fmt::Display for Error {
             Error::TooManyParticipants { path, capacity } => write!(
                 f,
                 "{}: all {capacity} participant entries are used by live processes",
+                path.display()
+            ),
+            Error::TooManyNames { path, capacity } => write!(
+                f,
+                "{}: all {capacity} records for names are taken by names in use; create the file with a larger name capacity",
                 path.display()
             ),
             Error::TooManyOpenFiles { path, capacity } => write!(

@@ -49,6 +49,8 @@ pub struct FairLock {
     lease_ms: Option<u64>,
     tuning: Tuning,
     create: CreateOptions,
+    /// The name, for a named lock (a forked child opens it again).
+    name: Option<Arc<str>>,
     /// [`KEPT_ON_EXIT`] for a `FairMutex`'s lock (its thread's exit never gives a grant up),
     /// else 0.
     kept_on_exit: u64,
@@ -70,6 +72,14 @@ impl std::fmt::Debug for FairLock {
     }
 }
 
+/// This process's view of the lock at `path` (named `name` in a file of named locks).
+fn open_view(path: &Path, create: &CreateOptions, name: Option<&str>) -> Result<Arc<Shared>> {
+    match name {
+        Some(key) => super::named::open_named(path, create, key),
+        None => Shared::open(path, create),
+    }
+}
+
 impl FairLock {
     /// Opens the lock file at `path`, creating it (mode `0600`) if needed.
     ///
@@ -85,14 +95,20 @@ impl FairLock {
     }
 
     pub(crate) fn with_options(path: &Path, o: &OpenOptions) -> Result<FairLock> {
-        let shared = Shared::open(path, o.create_options())?;
+        let create = o.create_options();
+        let name = o.name_key().cloned();
+        let shared = open_view(path, &create, name.as_deref())?;
         // A view this process already had open was not checked against what we ask for.
-        let (found, wanted) = (shared.geometry().kind, o.create_options().kind);
+        let (found, wanted) = (shared.geometry().kind, create.kind);
         if found != wanted {
+            let named = |k: crate::core::layout::RecordKind| match &name {
+                Some(n) => format!("{} named {n:?}", k.describe()),
+                None => k.describe(),
+            };
             return Err(Error::KindMismatch {
                 path: shared.path.clone(),
-                found: found.describe(),
-                wanted: wanted.describe(),
+                found: named(found),
+                wanted: named(wanted),
             });
         }
         let current = AtomicPtr::new(Arc::as_ptr(&shared).cast_mut());
@@ -101,8 +117,9 @@ impl FairLock {
             views: Mutex::new(vec![shared]),
             lease_ms: o.lease_ms(),
             tuning: o.tuning(),
-            create: *o.create_options(),
-            kept_on_exit: if o.create_options().data_type.is_empty() {
+            create,
+            name,
+            kept_on_exit: if create.data_type.is_empty() {
                 0
             } else {
                 KEPT_ON_EXIT
@@ -139,7 +156,7 @@ impl FairLock {
             Ok(sh) => return Ok(sh),
             Err(path) => path,
         };
-        let fresh = Shared::open(&path, &self.create)?;
+        let fresh = open_view(&path, &self.create, self.name.as_deref())?;
         let _fork = ForkGuard::lock();
         let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
         // `Shared::open` joins a view another thread of ours opened meanwhile, so `fresh` is

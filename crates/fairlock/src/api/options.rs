@@ -1,6 +1,7 @@
 //! The builder behind [`FairLock::options`](crate::FairLock::options).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::Tuning;
@@ -32,7 +33,20 @@ pub struct OpenOptions {
     lease: Option<Duration>,
     create: CreateOptions,
     tuning: Tuning,
+    /// The lock's name in a file of named locks (`None`: the file holds one lock).
+    name: Option<Arc<str>>,
+    /// Whether `slots` / `participants` were set (else the defaults of the file's sort).
+    slots_set: bool,
+    participants_set: bool,
 }
+
+/// Records of a new file of named locks (room for 12,288 names in use before the first sweep
+/// for unused ones; 58.7 MiB of sparse file with the defaults below).
+pub const DEFAULT_NAME_CAPACITY: u32 = 16384;
+/// Slots of each name in a new file of named locks.
+pub const DEFAULT_NAMED_SLOTS: u32 = 16;
+/// Participant entries of each name in a new file of named locks.
+pub const DEFAULT_NAMED_PARTICIPANTS: u32 = 64;
 
 impl Default for OpenOptions {
     fn default() -> Self {
@@ -47,8 +61,12 @@ impl Default for OpenOptions {
                 data: DataShape::NONE,
                 data_type: "",
                 kind: RecordKind::EXCLUSIVE,
+                names: DEFAULT_NAME_CAPACITY,
             },
             tuning: Tuning::default(),
+            name: None,
+            slots_set: false,
+            participants_set: false,
         }
     }
 }
@@ -75,17 +93,51 @@ impl OpenOptions {
         self
     }
 
-    /// Waiting-array slots of a newly created file: a power of two in `2..=2^20` (default 256).
-    /// An existing file keeps its own.
+    /// Waiting-array slots of a newly created file: a power of two in `2..=2^20` (default 256;
+    /// for a file of named locks, of each name: default 16). An existing file keeps its own.
     pub fn slots(&mut self, n: u32) -> &mut Self {
         self.create.slots = n;
+        self.slots_set = true;
         self
     }
 
-    /// Participant entries of a newly created file, `1..=4096` (default 1024). An existing
-    /// file keeps its own.
+    /// Participant entries of a newly created file, `1..=4096` (default 1024; for a file of
+    /// named locks, of each name: default 64). An existing file keeps its own.
     pub fn participants(&mut self, n: u32) -> &mut Self {
         self.create.participants = n;
+        self.participants_set = true;
+        self
+    }
+
+    /// Opens the lock named `key` (any UTF-8 up to 255 bytes) in a *file of named locks*: any
+    /// number of independent locks in one file, each created on first use, FIFO and robust
+    /// like a lock of its own file. Every kind can be named (`open`, `open_rlock`,
+    /// `open_rwlock`, `open_semaphore`, `open_mutex`), each name its own kind. A file holds
+    /// either one unnamed lock or named locks: opening one as the other is refused with
+    /// [`Error::KindMismatch`]. A name nobody has open any more keeps its record (and its
+    /// tokens keep rising) until the table fills up; then its space is reused.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("fairlock-doc-names-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let path = dir.join("users.lock");
+    /// let alice = fairlock::FairLock::options().name("user-alice").open(&path)?;
+    /// let bob = fairlock::FairLock::options().name("user-bob").open(&path)?;
+    /// let _a = alice.lock()?;
+    /// let _b = bob.try_lock()?; // another name: not excluded by alice's
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn name(&mut self, key: impl Into<String>) -> &mut Self {
+        self.name = Some(Arc::from(key.into()));
+        self
+    }
+
+    /// How many names a newly created file of named locks has room for (rounded up to a power
+    /// of two; default 16,384, of which three quarters may be in use before a sweep reclaims
+    /// the unused ones). An existing file keeps its own.
+    pub fn name_capacity(&mut self, n: u32) -> &mut Self {
+        self.create.names = n;
         self
     }
 
@@ -165,9 +217,7 @@ impl OpenOptions {
                 what: format!("a semaphore of {permits} permits: must be 1..={MAX_PERMITS}"),
             });
         }
-        let kind = RecordKind::semaphore(permits);
-        let mut o = self.of_kind(kind);
-        o.create.slots = o.create.slots.max(kind.min_slots());
+        let o = self.of_kind(RecordKind::semaphore(permits));
         Ok(FairSemaphore::from_lock(o.open(path)?, permits))
     }
 
@@ -202,8 +252,27 @@ impl OpenOptions {
         Ok(())
     }
 
-    pub(crate) fn create_options(&self) -> &CreateOptions {
-        &self.create
+    /// What a new file gets: the defaults of its sort (one lock, or named locks) where not
+    /// set, and at least the slots its kind needs.
+    pub(crate) fn create_options(&self) -> CreateOptions {
+        let mut c = self.create;
+        if self.name.is_some() {
+            if !self.slots_set {
+                c.slots = DEFAULT_NAMED_SLOTS;
+            }
+            if !self.participants_set {
+                c.participants = DEFAULT_NAMED_PARTICIPANTS;
+            }
+        }
+        if c.kind.kind == crate::core::layout::Kind::Semaphore {
+            c.slots = c.slots.max(c.kind.min_slots());
+        }
+        c
+    }
+
+    /// The lock's name, if it is a named lock.
+    pub(crate) fn name_key(&self) -> Option<&Arc<str>> {
+        self.name.as_ref()
     }
 
     pub(crate) fn tuning(&self) -> Tuning {

@@ -31,11 +31,15 @@ pub(crate) struct Shared {
     /// A descriptor of its own open file description, used only for beacons (OFD locks).
     /// Never the one we mapped: a mapping keeps its open file description — and with it
     /// every OFD lock on it — alive for as long as the mapping exists, which includes the copy
-    /// a forked child inherits. Our beacon must die with our process.
-    file: Beacon,
+    /// a forked child inherits. Our beacon must die with our process. Shared by the views of
+    /// a file's named locks (one beacon byte each).
+    beacon: Arc<Beacon>,
     mapping: Mapping,
     /// Our participant index.
     pub(crate) participant: u32,
+    /// For a named lock: its name, and the file's per-process view (kept alive while a name
+    /// of it is open).
+    pub(crate) named: Option<(Arc<str>, Arc<super::named::NamesFile>)>,
     /// The fork generation this was opened in; a forked child opens its own.
     pub(crate) fork_generation: u64,
     /// This process's lock for writing its lease deadline (see `core::lease`).
@@ -88,10 +92,10 @@ impl Hold {
 }
 
 /// The beacon descriptor, registered with the fork handler for as long as it is open.
-struct Beacon(Option<File>);
+pub(crate) struct Beacon(Option<File>);
 
 impl Beacon {
-    fn file(&self) -> &File {
+    pub(crate) fn file(&self) -> &File {
         self.0.as_ref().expect("open until dropped")
     }
 }
@@ -108,8 +112,12 @@ impl Drop for Beacon {
     }
 }
 
-/// One entry of the table of open files: (device, inode), fork generation, the view.
-type OpenFile = ((u64, u64), u64, Weak<Shared>);
+/// One entry of the table of open files: (device, inode, record), fork generation, the view.
+/// The record is [`UNNAMED`] for a file of one lock.
+type OpenFile = ((u64, u64, u32), u64, Weak<Shared>);
+
+/// The record number of a file of one lock in the table of open files.
+pub(crate) const UNNAMED: u32 = u32::MAX;
 
 /// The views of this process, by file. Locked only while holding the fork lock, so that no
 /// `fork` ever copies it locked.
@@ -118,14 +126,18 @@ static OPEN_FILES: Mutex<Vec<OpenFile>> = Mutex::new(Vec::new());
 /// The table of open files, under the fork lock. Keep the section short: no waiting inside,
 /// and never drop an `Arc<Shared>` inside (the last one closes a beacon, which takes the
 /// fork lock): upgrade only what is returned.
-fn with_open_files<R>(f: impl FnOnce(&mut Vec<OpenFile>) -> R) -> R {
+pub(crate) fn with_open_files<R>(f: impl FnOnce(&mut Vec<OpenFile>) -> R) -> R {
     let _fork = ForkGuard::lock();
     let mut open_files = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
     f(&mut open_files)
 }
 
-/// This process's view of file `id` opened in fork generation `generation`, if any.
-fn find(open_files: &mut Vec<OpenFile>, id: (u64, u64), generation: u64) -> Option<Arc<Shared>> {
+/// This process's view of file `id` (and record) opened in fork generation `generation`.
+pub(crate) fn find(
+    open_files: &mut Vec<OpenFile>,
+    id: (u64, u64, u32),
+    generation: u64,
+) -> Option<Arc<Shared>> {
     open_files.retain(|(_, _, w)| w.strong_count() > 0);
     open_files
         .iter()
@@ -139,19 +151,33 @@ impl Shared {
         thread::install_fork_handler();
         let opened = open_lock_file(path, o)?;
         let fork_generation = thread::fork_generation();
-        let id = opened.id;
+        let id = (opened.id.0, opened.id.1, UNNAMED);
         if let Some(existing) = with_open_files(|o| find(o, id, fork_generation)) {
             return Ok(existing); // our extra descriptor closes here; it holds no beacon
         }
-        let beacon = open_beacon(&opened.file, opened.id, path)?;
+        let beacon = Arc::new(open_beacon(&opened.file, opened.id, path)?);
         drop(opened.file); // the mapping keeps what it needs
         let participant = register(beacon.file(), &opened.mapping, path)?;
-        let shared = Arc::new(Shared {
+        let shared = Shared::new(path, beacon, opened.mapping, participant, None);
+        core::clean_up_participant(&shared.state(), &shared.platform(), participant);
+        Ok(Shared::insert(shared, id))
+    }
+
+    /// A new view (its participant entry claimed, not yet cleaned up or in the table).
+    pub(crate) fn new(
+        path: &Path,
+        beacon: Arc<Beacon>,
+        mapping: Mapping,
+        participant: u32,
+        named: Option<(Arc<str>, Arc<super::named::NamesFile>)>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
             path: path.to_path_buf(),
-            file: beacon,
-            mapping: opened.mapping,
+            beacon,
+            mapping,
             participant,
-            fork_generation,
+            named,
+            fork_generation: thread::fork_generation(),
             lease_lock: Mutex::new(()),
             leased_shares: AtomicU32::new(0),
             hold: Hold {
@@ -160,19 +186,26 @@ impl Shared {
                 grant_meta: AtomicU64::new(0),
                 depth: AtomicU32::new(0),
             },
-        });
-        core::clean_up_participant(&shared.state(), &shared.platform(), participant);
+        })
+    }
+
+    /// Puts `shared` in the table of open files under `id`, unless another thread of ours
+    /// put a view there meanwhile: then that one is returned and `shared` (and its beacon)
+    /// dropped.
+    pub(crate) fn insert(shared: Arc<Shared>, id: (u64, u64, u32)) -> Arc<Shared> {
+        let generation = shared.fork_generation;
         let ours = shared.clone();
-        let chosen = with_open_files(|open_files| match find(open_files, id, fork_generation) {
+        let chosen = with_open_files(|open_files| match find(open_files, id, generation) {
             Some(theirs) => theirs,
             None => {
-                open_files.push((id, fork_generation, Arc::downgrade(&ours)));
+                open_files.push((id, generation, Arc::downgrade(&ours)));
                 ours
             }
         });
-        // If another thread of ours won the race, `shared` (and its beacon) goes here.
+        // If another thread of ours won the race, `shared` goes here (outside the fork lock:
+        // dropping a view may close a beacon, which takes it).
         drop(shared);
-        Ok(chosen)
+        chosen
     }
 
     /// The shared state.
@@ -195,8 +228,12 @@ impl Shared {
     #[inline]
     pub(crate) fn platform(&self) -> SysPlatform<'_> {
         SysPlatform {
-            file: self.file.file(),
+            file: self.beacon.file(),
             me: self.participant,
+            owners: self
+                .named
+                .as_ref()
+                .map(|(_, names)| names.owners(self.mapping.state().participants())),
             participants: self.mapping.geometry().participants,
             lease_lock: &self.lease_lock,
         }
@@ -212,7 +249,7 @@ impl Shared {
 /// A second open file description of the same file (through `/proc/self/fd`, so it is the
 /// same inode even if the path was replaced meanwhile), for the beacon; created and registered
 /// with the fork handler in one section under the fork lock.
-fn open_beacon(file: &File, id: (u64, u64), path: &Path) -> Result<Beacon> {
+pub(crate) fn open_beacon(file: &File, id: (u64, u64), path: &Path) -> Result<Beacon> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let open = |p: &Path, flags: libc::c_int| {
         std::fs::OpenOptions::new()
@@ -252,17 +289,18 @@ fn open_beacon(file: &File, id: (u64, u64), path: &Path) -> Result<Beacon> {
 }
 
 /// Claims a free participant entry: the first whose beacon we can lock, starting at a spot
-/// derived from our pid so that concurrent openers rarely collide.
+/// derived from our pid so that concurrent openers rarely collide. (A file of one lock: the
+/// beacon descriptor is new, so no lock of ours is on it yet.)
 fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<u32> {
     let n = mapping.geometry().participants;
-    let pid = std::process::id();
-    let start = pid % n;
+    let start = std::process::id() % n;
     for k in 0..n {
         let i = (start + k) % n;
-        if ofd::try_claim(file.as_fd(), i).map_err(|e| Error::io(path, "claim beacon", e))? {
-            let st = mapping.state();
-            if let Some(entry) = st.participant(i) {
-                note_claim(entry, pid);
+        if ofd::try_claim(file.as_fd(), u64::from(i))
+            .map_err(|e| Error::io(path, "claim beacon", e))?
+        {
+            if let Some(entry) = mapping.state().participant(i) {
+                note_claim(entry, std::process::id());
             }
             return Ok(i);
         }
@@ -273,14 +311,34 @@ fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<u32> {
     })
 }
 
-fn note_claim(entry: &Participant, pid: u32) {
+pub(crate) fn note_claim(entry: &Participant, pid: u32) {
     // Informational (status output); Relaxed.
     entry.generation.fetch_add(1, Relaxed);
+    note_pid(entry, pid);
+}
+
+/// Writes our pid and the time into a claimed entry (informational: status output).
+pub(crate) fn note_pid(entry: &Participant, pid: u32) {
+    // Relaxed: informational.
     entry.pid.store(pid, Relaxed);
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     entry.claimed_at.store(secs, Relaxed);
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // A named lock's participant entry is given back here (a file of one lock gives its
+        // entry up with its beacon descriptor). Not in a forked child: the entry is its
+        // parent's.
+        if let Some((_, names)) = &self.named
+            && self.is_current()
+            && let Some(entry) = self.mapping.state().participant(self.participant)
+        {
+            names.release_entry(entry);
+        }
+    }
 }
 
 impl Shared {

@@ -56,6 +56,8 @@ pub enum LockKind {
         /// The number of permits.
         permits: u32,
     },
+    /// A file of named locks: each name's lock is in [`Status::names`].
+    Names,
 }
 
 impl LockKind {
@@ -73,6 +75,7 @@ impl LockKind {
             LockKind::Exclusive => "exclusive",
             LockKind::RwLock => "rwlock",
             LockKind::Semaphore { .. } => "semaphore",
+            LockKind::Names => "names",
         }
     }
 }
@@ -83,7 +86,9 @@ impl LockKind {
 pub struct Status {
     /// The lock file.
     pub path: PathBuf,
-    /// The kind of lock.
+    /// The lock's name, for a lock in a file of named locks.
+    pub name: Option<String>,
+    /// The kind of lock ([`LockKind::Names`] for a file of named locks).
     pub kind: LockKind,
     /// Tickets handed out so far.
     pub next_ticket: u64,
@@ -97,6 +102,9 @@ pub struct Status {
     pub waiters: Vec<TicketInfo>,
     /// Tickets taken whose owner has not published itself yet (arriving, or died arriving).
     pub arriving: u64,
+    /// For a file of named locks: every name in use (or not yet reclaimed), each with its own
+    /// status, in the file's order; empty otherwise.
+    pub names: Vec<Status>,
 }
 
 impl Status {
@@ -117,6 +125,26 @@ impl Status {
 pub fn inspect(path: impl AsRef<Path>) -> Result<Status> {
     let path = path.as_ref();
     let view = open_read_only(path)?;
+    if view.is_names() {
+        return Ok(Status {
+            path: path.to_path_buf(),
+            name: None,
+            kind: LockKind::Names,
+            next_ticket: 0,
+            holder: None,
+            holders: Vec::new(),
+            waiters: Vec::new(),
+            arriving: 0,
+            names: view
+                .named()
+                .into_iter()
+                .map(|(name, v)| Status {
+                    name: Some(name),
+                    ..snapshot(path, &v)
+                })
+                .collect(),
+        });
+    }
     Ok(snapshot(path, &view))
 }
 
@@ -132,12 +160,14 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
     let span = next.wrapping_sub(front).min(u64::from(g.slots));
     let mut status = Status {
         path: path.to_path_buf(),
+        name: None,
         kind: LockKind::of(g.kind),
         next_ticket: next,
         holder: None,
         holders: Vec::new(),
         waiters: Vec::new(),
         arriving: 0,
+        names: Vec::new(),
     };
     // The tickets to look at: from the front, at most `N` of them; for the weighted kinds also
     // every ticket some slot shows unfinished, wherever it is (a shared taker that retook a

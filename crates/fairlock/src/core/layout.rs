@@ -188,8 +188,10 @@ pub struct Participant {
     pub generation: AtomicU64,
     /// The claiming process's pid, in its own pid namespace (informational).
     pub pid: AtomicU32,
-    /// Reserved, zero.
-    pub reserved0: AtomicU32,
+    /// In a record of a file of named locks: the process owning this entry, as an owner word
+    /// (`core::name_layout::owner_word`: its file-wide entry and that entry's generation), 0
+    /// if free. Zero in a file of one lock (the entry's own beacon says who owns it).
+    pub owner: AtomicU32,
     /// Wall-clock seconds when the entry was claimed (informational).
     pub claimed_at: AtomicU64,
     /// The `CLOCK_MONOTONIC` millisecond at which the lease of the ticket this process holds
@@ -542,6 +544,12 @@ impl<'a> LockState<'a> {
         self.participants.get(i as usize)
     }
 
+    /// Every participant entry.
+    #[inline]
+    pub fn participants(&self) -> &'a [Participant] {
+        self.participants
+    }
+
     /// Number of participant entries.
     #[inline]
     pub fn participant_count(&self) -> u32 {
@@ -589,7 +597,7 @@ impl Participant {
         Participant {
             generation: AtomicU64::new(0),
             pid: AtomicU32::new(0),
-            reserved0: AtomicU32::new(0),
+            owner: AtomicU32::new(0),
             claimed_at: AtomicU64::new(0),
             lease_deadline_ms: AtomicU64::new(0),
         }

@@ -62,6 +62,8 @@ pub mod layout;
 pub mod lease;
 pub mod leasing;
 pub mod model;
+pub mod name_layout;
+pub mod names;
 pub mod platform;
 pub mod publish;
 pub mod recover;

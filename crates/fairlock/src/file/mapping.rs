@@ -3,10 +3,13 @@
 //!
 //! # Invariants (cited by the `SAFETY` comments below)
 //!
-//! 1. The mapping is `geometry.file_size` bytes long, page-aligned, and lives as long as
-//!    `self`; the file was checked to be at least that long before mapping.
+//! 1. The lock image starts `base` bytes into the mapping, which is at least
+//!    `base + geometry.file_size` bytes long, page-aligned, and lives as long as `self` (an
+//!    `Arc` shared by the views of a file's named locks); the file was checked to be at least
+//!    that long before mapping. `base` is 0 for a file of one lock, a record's image offset in
+//!    a file of named locks (a multiple of 64 and of the data's alignment).
 //! 2. `geometry` was validated: the participant table and the slot array lie inside the
-//!    mapping, at offsets that are multiples of 8 (participants) and 64 (slots).
+//!    image, at offsets that are multiples of 8 (participants) and 64 (slots).
 //! 3. [`Header`], [`Participant`] and [`Slot`] consist only of atomics (`repr(C)`), so every
 //!    bit pattern is a valid value and other processes may write them concurrently through
 //!    their own mappings without a data race on our side.
@@ -20,6 +23,7 @@
 
 use std::fs::File;
 use std::io;
+use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -28,7 +32,8 @@ use crate::core::{Geometry, LockState};
 
 /// A lock file mapped shared.
 pub struct Mapping {
-    map: MmapRaw,
+    map: Arc<MmapRaw>,
+    base: usize,
     geometry: Geometry,
 }
 
@@ -37,7 +42,25 @@ impl Mapping {
     /// another type, [`super::ReadOnlyView`], that hands out no references at all.)
     pub fn new(file: &File, geometry: Geometry) -> io::Result<Mapping> {
         let map = MmapOptions::new().len(geometry.file_size).map_raw(file)?;
-        Ok(Mapping { map, geometry })
+        Ok(Mapping {
+            map: Arc::new(map),
+            base: 0,
+            geometry,
+        })
+    }
+
+    /// The lock image of `geometry` at `base` in `map` (a record of a file of named locks),
+    /// if it lies inside the mapping and `base` is aligned for it (invariant 1).
+    pub fn record(map: Arc<MmapRaw>, base: usize, geometry: Geometry) -> Option<Mapping> {
+        let align = (geometry.data.align as usize).max(64);
+        let fits = base
+            .checked_add(geometry.file_size)
+            .is_some_and(|end| end <= map.len());
+        (fits && base.is_multiple_of(align)).then_some(Mapping {
+            map,
+            base,
+            geometry,
+        })
     }
 
     /// The layout.
@@ -51,17 +74,23 @@ impl Mapping {
         if self.geometry.data.size == 0 {
             return None;
         }
-        // SAFETY: invariant 4: `data_offset + data.size <= file_size`, inside the mapping.
-        let p = unsafe { self.map.as_mut_ptr().add(self.geometry.data_offset) };
+        // SAFETY: invariants 1 and 4: `base + data_offset + data.size <= base + file_size`,
+        // inside the mapping.
+        let p = unsafe {
+            self.map
+                .as_mut_ptr()
+                .add(self.base + self.geometry.data_offset)
+        };
         std::ptr::NonNull::new(p)
     }
 
     /// The shared state.
     #[inline]
     pub fn state(&self) -> LockState<'_> {
-        let base = self.map.as_ptr();
+        // SAFETY: invariant 1: `base` lies inside the mapping.
+        let base = unsafe { self.map.as_ptr().add(self.base) };
         let g = self.geometry;
-        // SAFETY: invariant 1 (in bounds, alive for `'_`, page-aligned so aligned for Header)
+        // SAFETY: invariant 1 (in bounds, alive for `'_`, 64-aligned so aligned for Header)
         // and invariant 3 (any bytes are a valid Header; shared mutation is through atomics).
         let header = unsafe { &*base.cast::<Header>() };
         // SAFETY: invariants 1–3: `participants` entries of 32 bytes at an 8-aligned offset

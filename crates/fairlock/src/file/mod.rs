@@ -2,11 +2,13 @@
 
 mod image;
 mod mapping;
+mod names;
 mod open;
 mod readonly;
 mod validate;
 
 pub use mapping::Mapping;
+pub use names::{NamesMap, open_names_file};
 pub use open::{CreateOptions, open_lock_file, open_read_only};
 pub use readonly::ReadOnlyView;
 pub use validate::{Verdict, validate_header};

@@ -41,6 +41,9 @@ pub struct CreateOptions {
     /// another kind (or, for a semaphore, another number of permits) is refused with
     /// [`Error::KindMismatch`] before anything is written.
     pub kind: RecordKind,
+    /// Records of a new file of named locks (rounded up to a power of two); unused for a
+    /// file of one lock.
+    pub names: u32,
 }
 
 /// An open, validated, mapped lock file.
@@ -68,7 +71,7 @@ fn open_error(path: &Path, e: io::Error) -> Error {
 }
 
 /// Opens the file for the lock (read-write), or for inspection (`read_only`).
-fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Result<File> {
+pub(super) fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Result<File> {
     let mut oo = OpenOptions::new();
     oo.read(true)
         .write(!read_only)
@@ -108,7 +111,7 @@ fn virtual_fs_message(kind: &str) -> &'static str {
     }
 }
 
-fn read_verdict(file: &File, path: &Path) -> Result<Verdict> {
+pub(super) fn read_verdict(file: &File, path: &Path) -> Result<Verdict> {
     let len = file
         .metadata()
         .map_err(|e| Error::io(path, "stat", e))?
@@ -131,13 +134,25 @@ fn read_verdict(file: &File, path: &Path) -> Result<Verdict> {
 fn judge(path: &Path, v: Verdict) -> Result<Geometry> {
     match v {
         Verdict::Valid { geometry, .. } => Ok(geometry),
-        Verdict::Foreign => Err(Error::NotALockFile {
+        v => Err(judge_refusal(path, v)),
+    }
+}
+
+/// The error for a verdict that is not a usable file of one lock.
+pub(super) fn judge_refusal(path: &Path, v: Verdict) -> Error {
+    match v {
+        Verdict::Foreign => Error::NotALockFile {
             path: path.to_path_buf(),
-        }),
-        Verdict::Incompatible(what) => Err(Error::incompatible(path, what)),
-        Verdict::Corrupt(what) => Err(Error::corrupt(path, what)),
-        Verdict::Empty | Verdict::Pending | Verdict::Reinit { .. } => {
-            Err(Error::corrupt(path, "not initialised (read-only open)"))
+        },
+        Verdict::Incompatible(what) => Error::incompatible(path, what),
+        Verdict::Corrupt(what) => Error::corrupt(path, what),
+        Verdict::Names { .. } | Verdict::NamesReinit { .. } => Error::KindMismatch {
+            path: path.to_path_buf(),
+            found: "file of named locks".into(),
+            wanted: "lock without a name (open it with a name)".into(),
+        },
+        Verdict::Valid { .. } | Verdict::Empty | Verdict::Pending | Verdict::Reinit { .. } => {
+            Error::corrupt(path, "not initialised (read-only open)")
         }
     }
 }
@@ -195,7 +210,10 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
             geometry
         }
         // Refused without taking the lock: these are never written.
-        v @ (Verdict::Foreign | Verdict::Incompatible(_)) => {
+        v @ (Verdict::Foreign
+        | Verdict::Incompatible(_)
+        | Verdict::Names { .. }
+        | Verdict::NamesReinit { .. }) => {
             return Err(judge(path, v).unwrap_err());
         }
         _ => initialise_locked(&file, path, o, boot)?,
@@ -211,7 +229,8 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
 
 /// Whether any participant entry of the file is claimed by a live process (its beacon held).
 fn participants_alive(file: &File, path: &Path, g: Geometry) -> Result<bool> {
-    ofd::any_held(file.as_fd(), g.participants).map_err(|e| Error::io(path, "probe beacons", e))
+    ofd::any_held(file.as_fd(), 0, u64::from(g.participants))
+        .map_err(|e| Error::io(path, "probe beacons", e))
 }
 
 /// For a `FairMutex` opener (`o.data_type` set): `Ok` only if the file's data area is exactly
@@ -232,7 +251,7 @@ fn check_data(path: &Path, o: &CreateOptions, g: Geometry) -> Result<()> {
 }
 
 /// The refusal of a file whose data area is `found` for a `FairMutex` of `o.data_type`.
-fn data_mismatch(path: &Path, o: &CreateOptions, found: DataShape) -> Error {
+pub(super) fn data_mismatch(path: &Path, o: &CreateOptions, found: DataShape) -> Error {
     let want = o.data;
     let what = if found == DataShape::NONE {
         "the file has no data area (it was created by FairLock, FairRLock or `fairlock run`)"
@@ -254,7 +273,11 @@ fn data_mismatch(path: &Path, o: &CreateOptions, found: DataShape) -> Error {
 /// (`None`: as long as it takes). Another fairlock holds it for the milliseconds an
 /// initialisation takes; a foreign holder — `flock(1)` on the same, still empty, file — may
 /// hold it for as long as it likes, hence the limit (`fairlock run -n` / `-w`).
-fn lock_for_initialisation(file: &File, path: &Path, wait: Option<Duration>) -> Result<()> {
+pub(super) fn lock_for_initialisation(
+    file: &File,
+    path: &Path,
+    wait: Option<Duration>,
+) -> Result<()> {
     let Some(wait) = wait else {
         return file
             .lock()
@@ -353,8 +376,16 @@ pub fn open_read_only(path: &Path) -> Result<ReadOnlyView> {
         data: DataShape::NONE,
         data_type: "",
         kind: RecordKind::EXCLUSIVE,
+        names: 0,
     };
     let file = open_file(path, &o, true)?;
-    let geometry = judge(path, read_verdict(&file, path)?)?;
-    ReadOnlyView::new(file, geometry).map_err(|e| Error::io(path, "mmap", e))
+    match read_verdict(&file, path)? {
+        Verdict::Names { geometry, .. } | Verdict::NamesReinit { geometry } => {
+            ReadOnlyView::names(file, geometry).map_err(|e| Error::io(path, "mmap", e))
+        }
+        v => {
+            let geometry = judge(path, v)?;
+            ReadOnlyView::new(file, geometry).map_err(|e| Error::io(path, "mmap", e))
+        }
+    }
 }

@@ -3,16 +3,20 @@
 //! module — a store or read-modify-write through one would fault, and Rust allows only small
 //! `Relaxed` atomic loads on read-only memory (an `Acquire` load there is undefined behaviour).
 //!
-//! Invariants: the mapping is `geometry.file_size` bytes long and lives as long as `self`;
-//! `geometry` was validated against the file's length before mapping.
+//! Invariants: the lock image lies `base` bytes into the mapping, which is at least
+//! `base + geometry.file_size` bytes long and lives as long as `self` (shared by the views of a
+//! file's named locks); `geometry` was validated against the file's length before mapping.
 
 use std::fs::File;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::core::layout::{HEADER_SIZE, PARTICIPANT_SIZE, SLOT_SIZE};
+use crate::core::layout::{HEADER_SIZE, PARTICIPANT_SIZE, RecordKind, SLOT_SIZE};
 use crate::core::lease::LeaseField;
+use crate::core::name_layout::{MAX_KEY_LEN, NamesGeometry, RecordState};
+use crate::core::names::owner_liveness;
 use crate::core::{Geometry, Liveness, Word};
 use crate::primitive::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::sys::ofd;
@@ -21,6 +25,7 @@ use crate::sys::ofd;
 const NEXT_TICKET: usize = 64;
 const HEAD: usize = 128;
 const P_PID: usize = 8;
+const P_OWNER: usize = 12;
 const P_DEADLINE: usize = 24;
 const S_WORD: usize = 0;
 const S_LEASE: usize = 8;
@@ -32,11 +37,27 @@ const _: () = assert!(S_TID + 4 <= SLOT_SIZE);
 
 /// A read-only view of a lock file: plain values, loaded `Relaxed`.
 pub struct ReadOnlyView {
-    map: MmapRaw,
+    map: Arc<MmapRaw>,
     geometry: Geometry,
     /// The file, for liveness probes (`F_OFD_GETLK` needs no write access).
-    file: File,
+    file: Arc<File>,
+    /// Where the lock image starts in the mapping (0, or a record's image).
+    base: usize,
+    /// For the view of a name's lock: the file's layout (its participants are told alive by
+    /// their owner words and the file-wide entries; see `core::name_layout`).
+    owners: Option<NamesGeometry>,
+    /// For the view of a whole file of named locks: its layout (the view itself then shows
+    /// no lock; [`ReadOnlyView::named`] gives one view per name).
+    names: Option<NamesGeometry>,
 }
+
+/// Offsets in a name entry (see `core::name_layout::NameEntry`).
+const N_STATE: usize = 0;
+const N_KEY_LEN: usize = 16;
+const N_KEY: usize = 24;
+/// Offsets in a lock header: the kind and permits.
+const KIND: usize = 40;
+const PERMITS: usize = 44;
 
 impl ReadOnlyView {
     /// Maps `geometry.file_size` bytes of `file` read-only.
@@ -45,10 +66,100 @@ impl ReadOnlyView {
             .len(geometry.file_size)
             .map_raw_read_only(&file)?;
         Ok(ReadOnlyView {
-            map,
+            map: Arc::new(map),
             geometry,
-            file,
+            file: Arc::new(file),
+            base: 0,
+            owners: None,
+            names: None,
         })
+    }
+
+    /// The view of a whole file of named locks.
+    pub fn names(file: File, names: NamesGeometry) -> std::io::Result<ReadOnlyView> {
+        let map = MmapOptions::new()
+            .len(names.file_size)
+            .map_raw_read_only(&file)?;
+        Ok(ReadOnlyView {
+            map: Arc::new(map),
+            // The header's size only, so that no lock field is read from it.
+            geometry: Geometry {
+                file_size: HEADER_SIZE,
+                ..names.record
+            },
+            file: Arc::new(file),
+            base: 0,
+            owners: None,
+            names: Some(names),
+        })
+    }
+
+    /// For the view of a file of named locks: every name in use, with the view of its lock
+    /// (a record whose kind is not valid is skipped).
+    pub fn named(&self) -> Vec<(String, ReadOnlyView)> {
+        let Some(ng) = self.names else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for r in 0..ng.records {
+            let e = ng.entry_offset(r);
+            let state = self.raw_u64(e + N_STATE);
+            if !matches!(
+                RecordState::of(state),
+                RecordState::Used | RecordState::Reclaiming
+            ) {
+                continue;
+            }
+            let len = (self.raw_u32(e + N_KEY_LEN) as usize).min(MAX_KEY_LEN);
+            let mut key = Vec::with_capacity(len);
+            for i in 0..len.div_ceil(8) {
+                let b = self.raw_u64(e + N_KEY + i * 8).to_le_bytes();
+                key.extend_from_slice(&b[..(len - i * 8).min(8)]);
+            }
+            let image = ng.image_at(r);
+            let kind =
+                RecordKind::decode(self.raw_u32(image + KIND), self.raw_u32(image + PERMITS));
+            let Some(geometry) = kind.and_then(|k| ng.record.of_kind(k)) else {
+                continue;
+            };
+            out.push((
+                String::from_utf8_lossy(&key).into_owned(),
+                ReadOnlyView {
+                    map: self.map.clone(),
+                    geometry,
+                    file: self.file.clone(),
+                    base: image,
+                    owners: Some(ng),
+                    names: None,
+                },
+            ));
+        }
+        out
+    }
+
+    /// Whether this is the view of a whole file of named locks.
+    pub fn is_names(&self) -> bool {
+        self.names.is_some()
+    }
+
+    /// A word anywhere in the mapping (0 if out of bounds or unaligned).
+    fn raw_u64(&self, abs: usize) -> u64 {
+        if !abs.is_multiple_of(8) || abs + 8 > self.map.len() {
+            return 0;
+        }
+        // SAFETY: in bounds (checked above), 8-aligned (the mapping is page-aligned), alive for
+        // `self`; any bits are a valid AtomicU64; only a Relaxed load, allowed on read-only
+        // memory for this size.
+        unsafe { (*self.map.as_ptr().add(abs).cast::<AtomicU64>()).load(Relaxed) }
+    }
+
+    /// As [`Self::raw_u64`] for a 4-byte field.
+    fn raw_u32(&self, abs: usize) -> u32 {
+        if !abs.is_multiple_of(4) || abs + 4 > self.map.len() {
+            return 0;
+        }
+        // SAFETY: as in `raw_u64`, for a 4-byte, 4-aligned field.
+        unsafe { (*self.map.as_ptr().add(abs).cast::<AtomicU32>()).load(Relaxed) }
     }
 
     /// The layout.
@@ -58,21 +169,17 @@ impl ReadOnlyView {
 
     fn u64_at(&self, offset: usize) -> u64 {
         // Offsets come from the validated geometry and the constants above; never trust them.
-        if !offset.is_multiple_of(8) || offset + 8 > self.geometry.file_size {
+        if offset + 8 > self.geometry.file_size {
             return 0;
         }
-        // SAFETY: in bounds (checked above; the mapping is `file_size` long), 8-aligned (the
-        // mapping is page-aligned), alive for `self`; any bits are a valid AtomicU64; and only a
-        // Relaxed load is made, which Rust allows on read-only memory for this size.
-        unsafe { (*self.map.as_ptr().add(offset).cast::<AtomicU64>()).load(Relaxed) }
+        self.raw_u64(self.base + offset)
     }
 
     fn u32_at(&self, offset: usize) -> u32 {
-        if !offset.is_multiple_of(4) || offset + 4 > self.geometry.file_size {
+        if offset + 4 > self.geometry.file_size {
             return 0;
         }
-        // SAFETY: as in `u64_at`, for a 4-byte, 4-aligned field.
-        unsafe { (*self.map.as_ptr().add(offset).cast::<AtomicU32>()).load(Relaxed) }
+        self.raw_u32(self.base + offset)
     }
 
     fn slot_at(&self, t: u64, field: usize) -> usize {
@@ -129,7 +236,19 @@ impl ReadOnlyView {
         if i >= self.geometry.participants {
             return None;
         }
-        match ofd::is_held(self.file.as_fd(), i) {
+        if let Some(ng) = self.owners {
+            let word = self.u32_at(
+                self.geometry.participants_offset + i as usize * PARTICIPANT_SIZE + P_OWNER,
+            );
+            // No entry of ours: `me` names none.
+            return Some(owner_liveness(
+                word,
+                (u32::MAX, 0),
+                |j| (j < ng.processes).then(|| self.raw_u64(ng.process_at(j))),
+                |j| ofd::is_held(self.file.as_fd(), u64::from(j)).ok(),
+            ));
+        }
+        match ofd::is_held(self.file.as_fd(), u64::from(i)) {
             Ok(true) => Some(Liveness::Alive),
             Ok(false) => Some(Liveness::Dead),
             Err(_) => None,

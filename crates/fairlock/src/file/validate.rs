@@ -4,6 +4,7 @@ use crate::core::Geometry;
 use crate::core::layout::{
     DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, RecordKind, VERSION,
 };
+use crate::core::name_layout::{KIND_NAMES, NamesGeometry};
 
 /// What the first bytes of a file say about it.
 #[derive(Debug, PartialEq, Eq)]
@@ -28,6 +29,19 @@ pub enum Verdict {
         geometry: Geometry,
         /// Its next ticket.
         next_ticket: u64,
+    },
+    /// A valid file of named locks (of this boot or another, as `Valid`).
+    Names {
+        /// Its layout.
+        geometry: NamesGeometry,
+        /// The boot id it was initialised in.
+        boot_id: [u64; 2],
+    },
+    /// A file of named locks whose re-initialisation after a reboot was interrupted: to be
+    /// done again (keeping names, tickets and data).
+    NamesReinit {
+        /// Its layout.
+        geometry: NamesGeometry,
     },
     /// Not a fairlock file at all: never to be written.
     Foreign,
@@ -84,6 +98,9 @@ pub fn validate_header(head: &[u8], len: u64) -> Verdict {
     if header_size as usize != HEADER_SIZE {
         return Verdict::Corrupt(format!("header size {header_size}, expected {HEADER_SIZE}"));
     }
+    if u32_at(head, 40) == KIND_NAMES {
+        return validate_names(head, len, magic);
+    }
     let slots = u32_at(head, 24);
     let participants = u32_at(head, 28);
     if Geometry::new(slots, participants).is_none() {
@@ -132,6 +149,48 @@ pub fn validate_header(head: &[u8], len: u64) -> Verdict {
         geometry,
         boot_id: [u64_at(head, 48), u64_at(head, 56)],
         next_ticket: u64_at(head, 64),
+    }
+}
+
+/// The rest of [`validate_header`] for a file of named locks (magic, version and header size
+/// already checked).
+fn validate_names(head: &[u8], len: u64, magic: u64) -> Verdict {
+    let slots = u32_at(head, 24);
+    let participants = u32_at(head, 28);
+    let data = DataShape {
+        size: u64_at(head, 144),
+        align: u32_at(head, 152),
+        tag: u64_at(head, 160),
+    };
+    let Some(record) = Geometry::with_data(slots, participants, data) else {
+        return Verdict::Corrupt(format!(
+            "bad geometry of named locks: {slots} slots, {participants} participants, data of {} bytes aligned {}",
+            data.size, data.align
+        ));
+    };
+    let (records, processes) = (u32_at(head, 36), u32_at(head, 44));
+    let Some(geometry) = NamesGeometry::new(record, records, processes) else {
+        return Verdict::Corrupt(format!(
+            "bad table of named locks: {records} records (must be a power of two, 2..=2^20), {processes} process entries (1..=4094)"
+        ));
+    };
+    if u32_at(head, 32) as usize != geometry.record_size
+        || u64_at(head, 88) != geometry.records_offset as u64
+        || u64_at(head, 96) != geometry.image_offset as u64
+        || u64_at(head, 16) != geometry.file_size as u64
+    {
+        return Verdict::Corrupt("offsets or size do not match the geometry".into());
+    }
+    let file_size = geometry.file_size as u64;
+    if len != file_size {
+        return Verdict::Corrupt(format!("{len} bytes, expected {file_size}"));
+    }
+    if magic == MAGIC_REINIT {
+        return Verdict::NamesReinit { geometry };
+    }
+    Verdict::Names {
+        geometry,
+        boot_id: [u64_at(head, 48), u64_at(head, 56)],
     }
 }
 

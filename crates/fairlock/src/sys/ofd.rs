@@ -1,7 +1,9 @@
 //! Open-file-description byte-range locks (`F_OFD_SETLK`, `F_OFD_GETLK`; see `fcntl(2)`),
 //! used as liveness beacons.
 //!
-//! Participant `i` holds a write lock on byte [`BEACON_BASE`]` + i` of the lock file. The
+//! Participant `i` holds a write lock on byte [`BEACON_BASE`]` + i` of the lock file (in a file
+//! of named locks, participant `i` of record `r` on byte `BEACON_BASE + r·P + i`: every beacon
+//! index below is counted from `BEACON_BASE`). The
 //! kernel releases it when the last descriptor of the open file description is closed — when
 //! the process dies, already before it becomes a zombie — so "the byte is unlocked" means "the
 //! process is dead", with no PID-reuse race and across PID namespaces. Unlike classic `fcntl`
@@ -14,12 +16,12 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 /// end of a file are allowed and do not grow it).
 pub const BEACON_BASE: u64 = 1 << 40;
 
-fn flock_for(index: u32, kind: libc::c_short) -> libc::flock {
+fn flock_for(index: u64, kind: libc::c_short) -> libc::flock {
     // SAFETY: `flock` is a plain C struct for which all-zero is a valid value.
     let mut fl: libc::flock = unsafe { core::mem::zeroed() };
     fl.l_type = kind;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = (BEACON_BASE + u64::from(index)) as libc::off_t;
+    fl.l_start = (BEACON_BASE + index) as libc::off_t;
     fl.l_len = 1;
     fl.l_pid = 0; // must be 0 for OFD locks
     fl
@@ -42,7 +44,7 @@ fn fcntl(fd: BorrowedFd<'_>, cmd: libc::c_int, fl: &mut libc::flock) -> io::Resu
 
 /// Tries to take beacon `index` (`F_OFD_SETLK`, write lock). `Ok(false)` if another open file
 /// description holds it.
-pub fn try_claim(fd: BorrowedFd<'_>, index: u32) -> io::Result<bool> {
+pub fn try_claim(fd: BorrowedFd<'_>, index: u64) -> io::Result<bool> {
     let mut fl = flock_for(index, libc::F_WRLCK as libc::c_short);
     match fcntl(fd, libc::F_OFD_SETLK, &mut fl) {
         Ok(()) => Ok(true),
@@ -53,17 +55,45 @@ pub fn try_claim(fd: BorrowedFd<'_>, index: u32) -> io::Result<bool> {
 
 /// Whether some *other* open file description holds beacon `index` (`F_OFD_GETLK`). Our own
 /// locks never conflict with us, so callers must not ask about their own index.
-pub fn is_held(fd: BorrowedFd<'_>, index: u32) -> io::Result<bool> {
+pub fn is_held(fd: BorrowedFd<'_>, index: u64) -> io::Result<bool> {
     let mut fl = flock_for(index, libc::F_WRLCK as libc::c_short);
     fcntl(fd, libc::F_OFD_GETLK, &mut fl)?;
     Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
 }
 
-/// Whether some other open file description holds any of beacons `0..count` (one
+/// Whether some other open file description holds any of beacons `first..first + count` (one
 /// `F_OFD_GETLK` over the whole range: it reports a conflicting lock if there is one).
-pub fn any_held(fd: BorrowedFd<'_>, count: u32) -> io::Result<bool> {
-    let mut fl = flock_for(0, libc::F_WRLCK as libc::c_short);
-    fl.l_len = libc::off_t::from(count.max(1));
+pub fn any_held(fd: BorrowedFd<'_>, first: u64, count: u64) -> io::Result<bool> {
+    let mut fl = flock_for(first, libc::F_WRLCK as libc::c_short);
+    fl.l_len = count.max(1) as libc::off_t;
     fcntl(fd, libc::F_OFD_GETLK, &mut fl)?;
     Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// The byte (counted from [`BEACON_BASE`] backwards: `BEACON_BASE - 1`) whose write lock
+/// serialises changes to a file's table of names (creating, reclaiming).
+const NAMES_LOCK: u64 = BEACON_BASE - 1;
+
+fn names_lock_flock(kind: libc::c_short) -> libc::flock {
+    // SAFETY: `flock` is a plain C struct for which all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { core::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = NAMES_LOCK as libc::off_t;
+    fl.l_len = 1;
+    fl
+}
+
+/// Takes the names lock of the file behind `fd`, waiting as long as it takes
+/// (`F_OFD_SETLKW`; held for the microseconds a name's creation takes, released by the kernel
+/// if its holder dies).
+pub fn lock_names(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut fl = names_lock_flock(libc::F_WRLCK as libc::c_short);
+    fcntl(fd, libc::F_OFD_SETLKW, &mut fl)
+}
+
+/// Releases the names lock taken with [`lock_names`].
+pub fn unlock_names(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut fl = names_lock_flock(libc::F_UNLCK as libc::c_short);
+    fcntl(fd, libc::F_OFD_SETLK, &mut fl)
 }

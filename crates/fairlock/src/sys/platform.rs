@@ -4,8 +4,11 @@ use std::fs::File;
 use std::os::fd::AsFd;
 
 use super::{clock, futex, ofd};
+use crate::core::layout::Participant;
+use crate::core::names::owner_liveness;
 use crate::core::{Liveness, Platform};
 use crate::primitive::AtomicU64;
+use crate::primitive::Ordering::Acquire;
 
 /// The platform as seen from one process's open lock file.
 pub struct SysPlatform<'a> {
@@ -13,10 +16,47 @@ pub struct SysPlatform<'a> {
     pub file: &'a File,
     /// Our participant index.
     pub me: u32,
+    /// For a lock in a file of named locks: how its participants are told alive (else each
+    /// participant's own beacon byte says it).
+    pub owners: Option<Owners<'a>>,
     /// Number of participant entries in the file.
     pub participants: u32,
     /// This process's lock for writing its lease deadline into its participant entry.
     pub lease_lock: &'a std::sync::Mutex<()>,
+}
+
+/// The participants of a lock in a file of named locks: each entry names its owning process's
+/// file-wide entry (see `core::name_layout`).
+#[derive(Clone, Copy)]
+pub struct Owners<'a> {
+    /// The lock's participant entries.
+    pub record: &'a [Participant],
+    /// The file-wide entries, one per process.
+    pub processes: &'a [Participant],
+    /// Our file-wide entry and the generation of our claim of it.
+    pub me: (u32, u64),
+}
+
+impl Owners<'_> {
+    /// Whether the owner of entry `index` lives, probing beacons through `file`.
+    pub fn liveness(&self, file: &File, index: u32) -> Liveness {
+        let Some(entry) = self.record.get(index as usize) else {
+            return Liveness::Alive;
+        };
+        // Acquire: pairs with the claimer's compare-and-swap of the owner word.
+        let word = entry.owner.load(Acquire);
+        owner_liveness(
+            word,
+            self.me,
+            // Acquire: pairs with the claimer's bump (informational either way).
+            |j| {
+                self.processes
+                    .get(j as usize)
+                    .map(|p| p.generation.load(Acquire))
+            },
+            |j| ofd::is_held(file.as_fd(), u64::from(j)).ok(),
+        )
+    }
 }
 
 impl Platform for SysPlatform<'_> {
@@ -50,7 +90,10 @@ impl Platform for SysPlatform<'_> {
         if index == self.me || index >= self.participants {
             return Liveness::Alive;
         }
-        match ofd::is_held(self.file.as_fd(), index) {
+        if let Some(owners) = &self.owners {
+            return owners.liveness(self.file, index);
+        }
+        match ofd::is_held(self.file.as_fd(), u64::from(index)) {
             Ok(false) => Liveness::Dead,
             Ok(true) | Err(_) => Liveness::Alive,
         }

@@ -1,0 +1,602 @@
+//! Named locks in one file, across real processes: 10,000 names in one file of at most
+//! 64 MiB with independent exclusion; FIFO per name; a dead holder of a name recovered; unused
+//! names' space reused (and their tokens still rising); a file full of live names refused with
+//! a typed error; every kind by name; creators and reclaimers killed half-way.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use common::{Shm, TempDir, Worker, log_append, log_entries, role, wait_all};
+use fairlock::{Error, FairLock, LockKind, Status};
+
+fn named(path: &std::path::Path, key: &str) -> FairLock {
+    FairLock::options()
+        .name(key)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {key:?}: {e}"))
+}
+
+/// The status of `key` in the file of named locks at `path`.
+fn status_of(path: &std::path::Path, key: &str) -> Option<Status> {
+    let st = fairlock::inspect(path).expect("inspect");
+    assert_eq!(st.kind, LockKind::Names);
+    st.names
+        .into_iter()
+        .find(|s| s.name.as_deref() == Some(key))
+}
+
+/// Waits until `key` shows `n` published waiters.
+fn wait_for_name_waiters(path: &std::path::Path, key: &str, n: usize) {
+    common::wait_until(
+        Duration::from_secs(30),
+        &format!("{n} waiters on {key}"),
+        || status_of(path, key).is_some_and(|s| s.waiters.len() == n),
+    );
+}
+
+const MANY: usize = 10_000;
+
+#[test]
+fn ten_thousand_names_in_one_file_exclude_independently() {
+    if role().is_some() {
+        // Every even name is held by the parent: busy here; every odd one is free.
+        let path = common::env("FL_LOCK");
+        let t0 = Instant::now();
+        let locks: Vec<FairLock> = (0..MANY)
+            .map(|i| named(path.as_ref(), &format!("user-{i}")))
+            .collect();
+        let opened = t0.elapsed();
+        for (i, l) in locks.iter().enumerate() {
+            match l.try_lock() {
+                Ok(_g) => assert!(i % 2 == 1, "name {i} held by the parent, yet granted here"),
+                Err(Error::WouldBlock { .. }) => {
+                    assert!(i % 2 == 0, "name {i} is free, yet refused")
+                }
+                Err(e) => panic!("name {i}: {e}"),
+            }
+        }
+        eprintln!("child: opened {MANY} existing names in {opened:?}");
+        return;
+    }
+    let dir = TempDir::new("names-ten-thousand");
+    let path = dir.join("names.lock");
+    let t0 = Instant::now();
+    let locks: Vec<FairLock> = (0..MANY)
+        .map(|i| named(&path, &format!("user-{i}")))
+        .collect();
+    let created = t0.elapsed();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size <= 64 << 20, "file of {size} bytes for {MANY} names");
+    let guards: Vec<_> = locks
+        .iter()
+        .step_by(2)
+        .map(|l| l.lock().expect("lock"))
+        .collect();
+    let mut w = vec![Worker::spawn(
+        dir.path(),
+        "ten_thousand_names_in_one_file_exclude_independently",
+        "child",
+        "child",
+        &[("FL_LOCK", path.display().to_string())],
+    )];
+    wait_all(&mut w, Duration::from_secs(120));
+    let st = fairlock::inspect(&path).expect("inspect");
+    assert_eq!(st.names.len(), MANY);
+    let held = st.names.iter().filter(|s| s.holder.is_some()).count();
+    assert_eq!(held, MANY / 2);
+    drop(guards);
+    eprintln!(
+        "created {MANY} names in {created:?}; file {size} bytes; {}",
+        w[0].stderr().trim()
+    );
+}
+
+#[test]
+fn fifo_per_name_across_processes() {
+    const PER_NAME: usize = 4;
+    if role().is_some() {
+        let path = common::env("FL_LOCK");
+        let key = common::env("FL_NAME");
+        let id: u64 = common::env_parse("FL_ID");
+        let shm = Shm::open(common::env("FL_SHM").as_ref());
+        let l = named(path.as_ref(), &key);
+        let g = l.lock().expect("lock");
+        log_append(&shm, id);
+        drop(g);
+        return;
+    }
+    let dir = TempDir::new("names-fifo");
+    let path = dir.join("names.lock");
+    let (a, b) = (named(&path, "queue-a"), named(&path, "queue-b"));
+    let (ga, gb) = (a.lock().unwrap(), b.lock().unwrap());
+    let mut workers = Vec::new();
+    let mut shms = Vec::new();
+    for (n, key) in ["queue-a", "queue-b"].iter().enumerate() {
+        let shm_path = dir.join(&format!("shm-{key}"));
+        shms.push(Shm::create(&shm_path, 1 + PER_NAME));
+        for k in 0..PER_NAME {
+            // Arrivals interleave between the names; each waits until the one before it on
+            // its name is queued.
+            let id = (n * 100 + k) as u64 + 1;
+            workers.push(Worker::spawn(
+                dir.path(),
+                "fifo_per_name_across_processes",
+                "waiter",
+                &format!("{key}-{k}"),
+                &[
+                    ("FL_LOCK", path.display().to_string()),
+                    ("FL_NAME", key.to_string()),
+                    ("FL_ID", id.to_string()),
+                    ("FL_SHM", shm_path.display().to_string()),
+                ],
+            ));
+            wait_for_name_waiters(&path, key, k + 1);
+        }
+    }
+    // A third name is free all along.
+    assert!(named(&path, "queue-c").try_lock().is_ok());
+    drop(ga);
+    drop(gb);
+    wait_all(&mut workers, Duration::from_secs(60));
+    for (n, shm) in shms.iter().enumerate() {
+        let want: Vec<u64> = (0..PER_NAME).map(|k| (n * 100 + k) as u64 + 1).collect();
+        assert_eq!(log_entries(shm), want, "name {n} out of arrival order");
+    }
+}
+
+#[test]
+fn a_dead_holder_of_a_name_is_recovered_and_other_names_are_untouched() {
+    if role().is_some() {
+        let path = common::env("FL_LOCK");
+        let l = named(path.as_ref(), "job-7");
+        let g = l.lock().expect("lock");
+        std::mem::forget(g);
+        std::thread::sleep(Duration::from_secs(600));
+        return;
+    }
+    let dir = TempDir::new("names-dead-holder");
+    let path = dir.join("names.lock");
+    let other = named(&path, "job-8");
+    let mut w = Worker::spawn(
+        dir.path(),
+        "a_dead_holder_of_a_name_is_recovered_and_other_names_are_untouched",
+        "holder",
+        "holder",
+        &[("FL_LOCK", path.display().to_string())],
+    );
+    common::wait_until(Duration::from_secs(30), "the child to hold job-7", || {
+        status_of(&path, "job-7").is_some_and(|s| s.holder.is_some())
+    });
+    let seven = named(&path, "job-7");
+    assert!(matches!(seven.try_lock(), Err(Error::WouldBlock { .. })));
+    let g8 = other.try_lock().expect("job-8 is free");
+    assert!(!g8.owner_died());
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(w.pid() as i32, libc::SIGKILL) };
+    let status = w.child.wait().unwrap();
+    w.status = Some(status);
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let g7 = seven
+        .lock_timeout(Duration::from_secs(10))
+        .expect("job-7 after the kill");
+    assert!(g7.owner_died(), "the next holder of job-7 is told");
+    assert!(!g8.owner_died());
+}
+
+#[test]
+fn unused_names_space_is_reused_and_tokens_keep_rising() {
+    let dir = TempDir::new("names-reuse");
+    let path = dir.join("names.lock");
+    let open = |key: &str| {
+        FairLock::options()
+            .name(key)
+            .name_capacity(32)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
+    // One name used a few times: its tokens.
+    let first = open("keeper");
+    let mut last_token = 0;
+    for _ in 0..5 {
+        last_token = first.lock().unwrap().token();
+    }
+    drop(first);
+    let size = std::fs::metadata(&path).unwrap().len();
+    // 1,000 names, one at a time, in a file of 32 records: only reuse makes room.
+    for i in 0..1000 {
+        let l = open(&format!("passing-{i}"));
+        drop(l.lock().unwrap());
+    }
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+    let again = open("keeper");
+    let t = again.lock().unwrap().token();
+    assert!(t > last_token, "token {t} after reuse, {last_token} before");
+    let st = fairlock::inspect(&path).unwrap();
+    assert!(st.names.len() <= 32);
+}
+
+#[test]
+fn names_in_use_are_never_reclaimed_and_a_full_file_says_so() {
+    if role().is_some() {
+        // Holds 6 names open (one of them locked) until told to go.
+        let path = common::env("FL_LOCK");
+        let shm = Shm::open(common::env("FL_SHM").as_ref());
+        let locks: Vec<FairLock> = (0..6)
+            .map(|i| {
+                FairLock::options()
+                    .name(format!("kept-{i}"))
+                    .name_capacity(8)
+                    .open(&path)
+                    .unwrap()
+            })
+            .collect();
+        let _g = locks[0].lock().unwrap();
+        shm.write(0, 1);
+        while shm.read(0) != 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        return;
+    }
+    let dir = TempDir::new("names-full");
+    let path = dir.join("names.lock");
+    let shm_path = dir.join("shm");
+    let shm = Shm::create(&shm_path, 1);
+    let mut w = vec![Worker::spawn(
+        dir.path(),
+        "names_in_use_are_never_reclaimed_and_a_full_file_says_so",
+        "keeper",
+        "keeper",
+        &[
+            ("FL_LOCK", path.display().to_string()),
+            ("FL_SHM", shm_path.display().to_string()),
+        ],
+    )];
+    common::wait_until(Duration::from_secs(30), "the keeper", || shm.read(0) == 1);
+    let open = |key: &str| FairLock::options().name(key).name_capacity(8).open(&path);
+    // Churn through many names: each sweep must keep the keeper's six.
+    for i in 0..200 {
+        let l = open(&format!("churn-{i}")).unwrap();
+        drop(l.try_lock().unwrap());
+    }
+    let kept = open("kept-0").unwrap();
+    assert!(
+        matches!(kept.try_lock(), Err(Error::WouldBlock { .. })),
+        "the keeper's locked name was reclaimed under it"
+    );
+    // Two more names of our own fill the 8 records; a ninth has no room.
+    let mine: Vec<FairLock> = (0..2)
+        .map(|i| open(&format!("mine-{i}")).unwrap())
+        .collect();
+    match open("one-too-many") {
+        Err(e @ Error::TooManyNames { capacity: 8, .. }) => {
+            assert!(e.to_string().contains("names.lock"), "{e}")
+        }
+        other => panic!("expected TooManyNames, got {other:?}"),
+    }
+    // Once a name of ours is closed, its record is reused.
+    drop(mine);
+    open("one-too-many").expect("room after closing names");
+    shm.write(0, 2);
+    wait_all(&mut w, Duration::from_secs(30));
+}
+
+#[test]
+fn every_kind_by_name_and_mismatches_refused() {
+    let dir = TempDir::new("names-kinds");
+    let path = dir.join("names.lock");
+    let rw = FairLock::options().name("rw").open_rwlock(&path).unwrap();
+    let r1 = rw.read().unwrap();
+    // Readers hold together (another thread: a thread's second read is refused as re-entry).
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let r2 = rw.try_read().expect("a second reader");
+            drop(r2);
+        });
+        s.spawn(|| assert!(matches!(rw.try_write(), Err(Error::WouldBlock { .. }))));
+    });
+    drop(r1);
+    let sem = FairLock::options()
+        .name("gpu")
+        .open_semaphore(&path, 2)
+        .unwrap();
+    let (p1, p2) = (sem.acquire().unwrap(), sem.acquire().unwrap());
+    assert!(sem.try_acquire().is_err());
+    drop((p1, p2));
+    let rl = FairLock::options().name("re").open_rlock(&path).unwrap();
+    let (g1, g2) = (rl.lock().unwrap(), rl.lock().unwrap());
+    drop((g2, g1));
+    // A name keeps its kind; a file of names is not a file of one lock, and back.
+    match FairLock::options().name("rw").open(&path) {
+        Err(Error::KindMismatch { found, .. }) => assert!(found.contains("\"rw\""), "{found}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        FairLock::open(&path),
+        Err(Error::KindMismatch { .. })
+    ));
+    let single = dir.join("single.lock");
+    drop(FairLock::open(&single).unwrap());
+    assert!(matches!(
+        FairLock::options().name("x").open(&single),
+        Err(Error::KindMismatch { .. })
+    ));
+    // Keys: any UTF-8 up to 255 bytes.
+    let long = "é".repeat(127) + "x";
+    assert_eq!(long.len(), 255);
+    named(&path, &long);
+    named(&path, "");
+    assert!(matches!(
+        FairLock::options().name("x".repeat(256)).open(&path),
+        Err(Error::InvalidOption { .. })
+    ));
+    let st = fairlock::inspect(&path).unwrap();
+    let kinds: Vec<(String, LockKind)> = st
+        .names
+        .iter()
+        .map(|s| (s.name.clone().unwrap(), s.kind))
+        .collect();
+    assert!(kinds.contains(&("rw".into(), LockKind::RwLock)));
+    assert!(kinds.contains(&("gpu".into(), LockKind::Semaphore { permits: 2 })));
+    assert!(kinds.contains(&(long.clone(), LockKind::Exclusive)));
+    // A named FairMutex keeps its value per name.
+    let m1 = FairLock::options()
+        .name("counter-1")
+        .open_mutex::<u64>(&dir.join("mutexes.lock"))
+        .unwrap();
+    let m2 = FairLock::options()
+        .name("counter-2")
+        .open_mutex::<u64>(&dir.join("mutexes.lock"))
+        .unwrap();
+    *m1.lock().unwrap() += 5;
+    *m2.lock().unwrap() += 7;
+    let again = FairLock::options()
+        .name("counter-1")
+        .open_mutex::<u64>(&dir.join("mutexes.lock"))
+        .unwrap();
+    assert_eq!(*again.lock().unwrap(), 5);
+    assert_eq!(*m2.lock().unwrap(), 7);
+}
+
+#[test]
+fn threads_opening_one_new_name_at_once_share_one_record() {
+    let dir = TempDir::new("names-threads");
+    let path = std::sync::Arc::new(dir.join("names.lock"));
+    let counter = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (path, counter) = (path.clone(), counter.clone());
+            std::thread::spawn(move || {
+                for i in 0..200 {
+                    let l = named(&path, &format!("shared-{}", i % 5));
+                    let g = l.lock().unwrap();
+                    // Exclusion per name within the process: one holder of each.
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    drop(g);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = fairlock::inspect(&*path).unwrap();
+    assert_eq!(st.names.len(), 5, "{:?}", st.names);
+    assert_eq!(counter.load(std::sync::atomic::Ordering::SeqCst), 1600);
+}
+
+/// Runs this test binary's `test` as a worker with `FAIRLOCK_CRASH=point`, expecting it to be
+/// killed there.
+#[cfg(feature = "__test-crash-points")]
+fn killed_at(dir: &TempDir, test: &str, point: &str, path: &std::path::Path) {
+    let mut w = Worker::spawn(
+        dir.path(),
+        test,
+        "victim",
+        point,
+        &[
+            ("FL_LOCK", path.display().to_string()),
+            ("FAIRLOCK_CRASH", point.to_string()),
+        ],
+    );
+    let status = w.child.wait().unwrap();
+    w.status = Some(status);
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the worker was to die at {point}: {}",
+        w.stderr()
+    );
+}
+
+#[cfg(feature = "__test-crash-points")]
+#[test]
+fn a_creator_killed_half_way_leaves_the_name_to_the_next() {
+    if role().is_some() {
+        // Killed inside the creation of "fresh" (names.creating), holding the names lock.
+        let _ = named(common::env("FL_LOCK").as_ref(), "fresh");
+        return;
+    }
+    let dir = TempDir::new("names-creator-killed");
+    let path = dir.join("names.lock");
+    drop(named(&path, "other"));
+    killed_at(
+        &dir,
+        "a_creator_killed_half_way_leaves_the_name_to_the_next",
+        "names.creating",
+        &path,
+    );
+    // The names lock died with it; the half-created record is passed by lookups and reused.
+    assert!(status_of(&path, "fresh").is_none());
+    let l = named(&path, "fresh");
+    let g = l.try_lock().expect("the name works");
+    assert!(!g.owner_died());
+    drop(g);
+    let st = fairlock::inspect(&path).unwrap();
+    assert_eq!(st.names.len(), 2, "{:?}", st.names);
+}
+
+#[cfg(feature = "__test-crash-points")]
+#[test]
+fn a_reclaimer_killed_half_way_leaves_the_name_in_use() {
+    if role().is_some() {
+        // Opens new names until a sweep starts, and is killed at its first reclaim check.
+        let path = common::env("FL_LOCK");
+        for i in 0.. {
+            let _ = FairLock::options()
+                .name(format!("victim-{i}"))
+                .name_capacity(8)
+                .open(&path);
+        }
+        return;
+    }
+    let dir = TempDir::new("names-reclaimer-killed");
+    let path = dir.join("names.lock");
+    let open = |key: &str| {
+        FairLock::options()
+            .name(key)
+            .name_capacity(8)
+            .open(&path)
+            .unwrap()
+    };
+    let kept = open("kept");
+    let guard = kept.lock().unwrap();
+    killed_at(
+        &dir,
+        "a_reclaimer_killed_half_way_leaves_the_name_in_use",
+        "names.reclaiming",
+        &path,
+    );
+    // Whatever record it was checking, the name in use is still the same lock: held.
+    let again = open("kept");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let r = again.try_lock();
+            assert!(matches!(r, Err(Error::WouldBlock { .. })), "{r:?}");
+        });
+    });
+    drop(guard);
+    assert!(again.try_lock().is_ok());
+    // Every name, the one whose record it left marked included, opens (an opener used to
+    // wait for the names lock again and again while the mark stayed).
+    let names: Vec<String> = fairlock::inspect(&path)
+        .unwrap()
+        .names
+        .into_iter()
+        .filter_map(|s| s.name)
+        .collect();
+    let p2 = path.clone();
+    common::with_time_limit(Duration::from_secs(20), "opening every name", move || {
+        for n in names {
+            FairLock::options()
+                .name(n.as_str())
+                .name_capacity(8)
+                .open(&p2)
+                .unwrap();
+        }
+    });
+    // And the table works on: new names, reclaiming what the dead process had open.
+    for i in 0..50 {
+        drop(open(&format!("after-{i}")).try_lock().unwrap());
+    }
+}
+
+#[test]
+fn a_killed_process_s_names_are_reclaimed() {
+    if role().is_some() {
+        let path = common::env("FL_LOCK");
+        let locks: Vec<FairLock> = (0..7)
+            .map(|i| {
+                FairLock::options()
+                    .name(format!("dead-{i}"))
+                    .name_capacity(8)
+                    .open(&path)
+                    .unwrap()
+            })
+            .collect();
+        let _g = locks[0].lock().unwrap();
+        std::fs::write(common::env("FL_MARK"), b"").unwrap();
+        std::thread::sleep(Duration::from_secs(600));
+        return;
+    }
+    let dir = TempDir::new("names-killed-owner");
+    let path = dir.join("names.lock");
+    let mark = dir.join("mark");
+    let mut w = Worker::spawn(
+        dir.path(),
+        "a_killed_process_s_names_are_reclaimed",
+        "owner",
+        "owner",
+        &[
+            ("FL_LOCK", path.display().to_string()),
+            ("FL_MARK", mark.display().to_string()),
+        ],
+    );
+    common::wait_until(Duration::from_secs(30), "the owner", || mark.exists());
+    let open = |key: &str| FairLock::options().name(key).name_capacity(8).open(&path);
+    // 7 of 8 records are the owner's: one more name fits, the next does not.
+    let one = open("one").unwrap();
+    assert!(matches!(open("two"), Err(Error::TooManyNames { .. })));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(w.pid() as i32, libc::SIGKILL) };
+    w.status = Some(w.child.wait().unwrap());
+    // Its names are reclaimed by the next creator's sweep; the one it held, if reopened
+    // before that, tells its next holder.
+    let held = open("dead-0").unwrap();
+    assert!(held.lock().unwrap().owner_died());
+    let more: Vec<FairLock> = (0..6).map(|i| open(&format!("new-{i}")).unwrap()).collect();
+    drop((one, held, more));
+}
+
+#[test]
+fn a_file_of_names_from_another_boot_keeps_its_names_tokens_and_values() {
+    let dir = TempDir::new("names-other-boot");
+    let live = dir.join("live");
+    // Snapshot the file while "job" is held with grants behind it and a value is stored.
+    let (bytes, held) = {
+        let job = named(&live, "job");
+        for _ in 0..20 {
+            drop(job.lock().unwrap());
+        }
+        let mutexes = dir.join("live-mutexes");
+        let m = FairLock::options()
+            .name("count")
+            .open_mutex::<u64>(&mutexes)
+            .unwrap();
+        *m.lock().unwrap() = 41;
+        let g = job.lock().unwrap();
+        (
+            (
+                std::fs::read(&live).unwrap(),
+                std::fs::read(&mutexes).unwrap(),
+            ),
+            g.token(),
+        )
+    };
+    // The same files, as if left over from an earlier boot (another boot id).
+    let stale = |name: &str, b: &[u8]| {
+        let mut b = b.to_vec();
+        for x in &mut b[48..64] {
+            *x ^= 0x5a;
+        }
+        let p = dir.join(name);
+        std::fs::write(&p, &b).unwrap();
+        p
+    };
+    let path = stale("stale", &bytes.0);
+    let job = named(&path, "job");
+    let g = job
+        .lock_timeout(Duration::from_secs(5))
+        .expect("the previous boot's holder does not block");
+    assert!(g.token() > held, "token {} repeats {held}", g.token());
+    assert!(!g.owner_died(), "a new boot starts afresh");
+    let after = std::fs::read(&path).unwrap();
+    assert_eq!(&after[48..64], &bytes.0[48..64], "this boot's id written");
+    let mutexes = stale("stale-mutexes", &bytes.1);
+    let m = FairLock::options()
+        .name("count")
+        .open_mutex::<u64>(&mutexes)
+        .unwrap();
+    assert_eq!(*m.lock().unwrap(), 41, "a named FairMutex keeps its value");
+}
