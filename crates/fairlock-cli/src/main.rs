@@ -4,6 +4,7 @@
 mod demo;
 mod etcd;
 mod exit;
+mod fdform;
 mod inherited;
 mod kind;
 mod run;
@@ -50,6 +51,13 @@ enum Command {
     /// Wait for the lock in FIFO order, then run a command while holding it.
     #[command(after_help = run::AFTER_HELP, override_usage = run::USAGE)]
     Run(RunArgs),
+    /// Take the lock for the shell's descriptor FD (exec 9>>FILE; fairlock lock 9): held until
+    /// fairlock unlock FD, or until FD is closed everywhere (the shell exits).
+    #[command(after_help = fdform::LOCK_AFTER_HELP)]
+    Lock(LockArgs),
+    /// Release the lock that descriptor FD holds (taken with fairlock lock FD).
+    #[command(after_help = fdform::UNLOCK_AFTER_HELP)]
+    Unlock(UnlockArgs),
     /// Show who holds a lock file and who waits for it (read-only).
     #[command(after_help = status::AFTER_HELP)]
     Status(StatusArgs),
@@ -134,6 +142,51 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct LockArgs {
+    /// Fail at once (exit 1, see -E) if the lock is held or anyone is waiting for it.
+    #[arg(short = 'n', long = "nonblock", visible_aliases = ["nb", "nonblocking"],
+          conflicts_with = "wait")]
+    pub nonblock: bool,
+    /// Give up (exit 1, see -E) after waiting SECS seconds (fractions allowed: 0.5).
+    #[arg(short = 'w', long = "wait", visible_alias = "timeout", value_name = "SECS",
+          value_parser = secs::parse_wait)]
+    pub wait: Option<Duration>,
+    /// Exit code for a busy lock (-n) or a timeout (-w).
+    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit::CONFLICT)]
+    pub conflict_exit_code: u8,
+    /// A writer of a reader/writer lock (as fairlock run -x).
+    #[arg(short = 'x', long = "exclusive", short_alias = 'e', overrides_with_all = ["exclusive", "shared"])]
+    pub exclusive: bool,
+    /// A reader of a reader/writer lock (as fairlock run -s).
+    #[arg(short = 's', long = "shared", overrides_with_all = ["exclusive", "shared"])]
+    pub shared: bool,
+    /// A permit of a semaphore of N permits (as fairlock run --permits).
+    #[arg(long, value_name = "N", conflicts_with_all = ["exclusive", "shared"],
+          value_parser = clap::value_parser!(u32).range(1..=524_288))]
+    pub permits: Option<u32>,
+    /// The lock is held for at most SECS seconds; after that the next waiter may take it over
+    /// (nothing renews it: fairlock lock has exited).
+    #[arg(long, value_name = "SECS", value_parser = secs::parse_lease)]
+    pub lease: Option<Duration>,
+    /// Report the wait and the grant on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// The descriptor, open for writing on the lock file (exec 9>>FILE).
+    #[arg(value_name = "FD")]
+    pub fd: i32,
+}
+
+#[derive(Args, Debug)]
+pub struct UnlockArgs {
+    /// Report the release on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// The descriptor that holds the lock.
+    #[arg(value_name = "FD")]
+    pub fd: i32,
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -163,6 +216,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run(args) => run::main(&args),
+        Command::Lock(args) => fdform::lock(&args),
+        Command::Unlock(args) => fdform::unlock(&args),
         Command::Status(args) => status::main(&args),
         Command::Demo(args) => demo::main(&args),
         Command::DemoWorker(args) => demo::worker(&args),

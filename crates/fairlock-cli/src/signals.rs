@@ -86,3 +86,9 @@ pub fn name(sig: libc::c_int) -> String {
         _ => format!("signal {sig}"),
     }
 }
+
+/// The last of the caught signals seen so far (pending or taken), if any.
+pub fn last() -> Option<libc::c_int> {
+    let bits = SEEN.load(SeqCst);
+    (0..32).rev().find(|s| bits & (1 << s) != 0)
+}

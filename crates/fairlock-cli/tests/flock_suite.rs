@@ -9,12 +9,13 @@
 //! | `no-fork`: `--no-fork --nonblocking -E 123` | — | does not apply: fairlock must stay alive to hold the lock (its beacon and guard live in its process), so it always forks; `-F` is rejected |
 //! | `shared`: `--shared` beside a shared holder | [`shared_beside_a_shared_holder`] | the holder is `-s` too (a file first used without `-s`/`-x` is an exclusive lock, where `-s` is refused: exit 65) |
 //! | `exclusive`: `--nb --exclusive -E 123` | [`exclusive_is_the_default`] | |
-//! | `fd`: `flock -n -x -E 123 4` on an inherited descriptor | — | not yet: the descriptor form is issue 12 |
+//! | `fd`: `flock -n -x -E 123 4` on an inherited descriptor | [`fd_on_an_inherited_descriptor`] | `fairlock lock -n -x -E 123 4`: the descriptor must be open for writing (`4<>` as in the original, or `4>>`) |
 //! | `fcntl-*`: the same over fcntl locks | — | does not apply: fairlock has one kind of lock |
 //! | `timeout`: `--timeout 5 -E 5` waits for the holder | [`timeout_waits_for_the_holder`] | |
 //! | `time-check`: that wait lasts as long as the holder held | [`timeout_waits_for_the_holder`] | |
 //! | `close`: `--close` keeps the lock from the command's children | [`the_command_never_inherits_the_lock`] | fairlock never hands the lock to the command (`-o` is the default and accepted); the second half of the original (without `--close` the child shares the parent's lock through the inherited descriptor) does not apply |
-//! | `unlock`: `--wait 0` is `--nonblock`; `--verbose` | [`wait_zero_is_nonblock`] | `--unlock FD` is the descriptor form (issue 12) |
+//! | `unlock`: `--wait 0` is `--nonblock`; `--verbose` | [`wait_zero_is_nonblock`] | |
+//! | `unlock`: `flock --unlock FD` releases a descriptor's lock early | [`unlock_by_descriptor`] | `fairlock unlock FD` |
 //! | exit codes: 64 usage, 66 cannot open, 1 (or `-E`) conflict | [`exit_codes`] | |
 
 #[path = "../../fairlock/tests/common/mod.rs"]
@@ -195,4 +196,36 @@ fn exit_codes() {
         code(&["run", l.to_str().unwrap(), "sh", "-c", "exit 7"]),
         Some(7)
     );
+}
+
+#[test]
+fn fd_on_an_inherited_descriptor() {
+    let d = TempDir::new("flock-suite-fd");
+    let o = with_holder(
+        &d,
+        "1",
+        r#""$FL" lock -n -x -E 123 4 4<>"$D/lockfile"; echo "rc=$?""#,
+    );
+    assert_eq!(out(&o), "rc=123\n");
+    let general = std::fs::read_to_string(d.join("general")).unwrap();
+    assert_eq!(general, "Locking\nUnlocking\nUnlocked\n");
+}
+
+#[test]
+fn unlock_by_descriptor() {
+    let d = TempDir::new("flock-suite-unlock-fd");
+    // The original: a subshell locks fd 9, unlocks it early, and a second locker gets in
+    // while the subshell still runs.
+    let o = sh(
+        &d,
+        r#"(
+            "$FL" lock 9 && echo locked
+            "$FL" unlock 9 && echo unlocked
+            sleep 0.5
+        ) 9>>"$D/lockfile" &
+        sleep 0.2
+        "$FL" run -n "$D/lockfile" echo "second got it"
+        wait"#,
+    );
+    assert_eq!(out(&o), "locked\nunlocked\nsecond got it\n");
 }

@@ -173,6 +173,32 @@ impl Error {
         }
     }
 
+    /// The same error about `path` (a file opened through `/proc/self/fd/N`, named by the
+    /// path it was opened as).
+    pub(crate) fn with_path(mut self, new: &Path) -> Error {
+        match &mut self {
+            Error::WouldBlock { path }
+            | Error::Timeout { path }
+            | Error::Interrupted { path }
+            | Error::WouldDeadlock { path }
+            | Error::TooDeep { path, .. }
+            | Error::LockLost { path }
+            | Error::Corrupt { path, .. }
+            | Error::Incompatible { path, .. }
+            | Error::NotALockFile { path }
+            | Error::DataMismatch { path, .. }
+            | Error::KindMismatch { path, .. }
+            | Error::InvalidPath { path, .. }
+            | Error::TooManyParticipants { path, .. }
+            | Error::TooManyNames { path, .. }
+            | Error::TooManyOpenFiles { path, .. }
+            | Error::InitLocked { path }
+            | Error::Io { path, .. } => *path = new.to_path_buf(),
+            Error::InvalidOption { .. } => {}
+        }
+        self
+    }
+
     /// The lock file this error concerns, if it concerns one.
     pub fn path(&self) -> Option<&Path> {
         match self {

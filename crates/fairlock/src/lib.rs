@@ -109,6 +109,7 @@ pub use error::{Error, Result};
 #[cfg(not(loom))]
 pub use api::{
     arc_guard::ArcLockGuard,
+    fd_form::{FdGrant, FdMode, unlock_fd},
     guard::LockGuard,
     kind_guard::{RwLockReadGuard, RwLockWriteGuard, SemaphorePermit},
     lock::FairLock,

@@ -21,6 +21,11 @@ macro_rules! kind_guard {
                 $name { inner }
             }
 
+            /// The grant as a plain guard.
+            pub(crate) fn into_inner(self) -> LockGuard<'a> {
+                self.inner
+            }
+
             /// The fencing token of this grant: `ticket + 1`. Tokens strictly increase in
             /// grant order over all grants of the file; see the type's documentation for what
             /// a shared grant's token means.

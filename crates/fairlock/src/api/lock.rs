@@ -111,8 +111,18 @@ impl FairLock {
                 wanted: named(wanted),
             });
         }
+        Ok(FairLock::with_view(shared, o, create, name))
+    }
+
+    /// A handle over `shared` (a view opened for it), with `o`'s lease and tuning.
+    pub(crate) fn with_view(
+        shared: Arc<Shared>,
+        o: &OpenOptions,
+        create: CreateOptions,
+        name: Option<Arc<str>>,
+    ) -> FairLock {
         let current = AtomicPtr::new(Arc::as_ptr(&shared).cast_mut());
-        Ok(FairLock {
+        FairLock {
             current,
             views: Mutex::new(vec![shared]),
             lease_ms: o.lease_ms(),
@@ -124,7 +134,7 @@ impl FairLock {
             } else {
                 KEPT_ON_EXIT
             },
-        })
+        }
     }
 
     /// The lock file's path.

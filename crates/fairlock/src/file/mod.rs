@@ -9,6 +9,6 @@ mod validate;
 
 pub use mapping::Mapping;
 pub use names::{NamesMap, open_names_file};
-pub use open::{CreateOptions, open_lock_file, open_read_only};
+pub use open::{CreateOptions, Opened, open_lock_file, open_read_only};
 pub use readonly::ReadOnlyView;
 pub use validate::{Verdict, validate_header};

@@ -70,6 +70,16 @@ fn open_error(path: &Path, e: io::Error) -> Error {
     }
 }
 
+/// `O_NOFOLLOW`, except for `/proc/self/fd/N`: that "link" names a file this process has open
+/// (a lock held for a descriptor, `fd_form.rs`), and following it reaches exactly that file.
+fn nofollow(path: &Path) -> libc::c_int {
+    if path.starts_with("/proc/self/fd/") {
+        0
+    } else {
+        libc::O_NOFOLLOW
+    }
+}
+
 /// Opens the file for the lock (read-write), or for inspection (`read_only`).
 pub(super) fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Result<File> {
     let mut oo = OpenOptions::new();
@@ -81,7 +91,7 @@ pub(super) fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Resu
         // planted in a shared directory must not redirect us. O_NOCTTY, O_NONBLOCK: opening a
         // terminal or a FIFO named by mistake neither adopts it nor blocks (for a regular
         // file, which is all we go on with, neither changes anything).
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK);
+        .custom_flags(nofollow(path) | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK);
     let file = oo.open(path).map_err(|e| open_error(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
     if !meta.file_type().is_file() {

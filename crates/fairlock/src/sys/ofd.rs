@@ -70,6 +70,13 @@ pub fn any_held(fd: BorrowedFd<'_>, first: u64, count: u64) -> io::Result<bool> 
     Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
 }
 
+/// Gives up beacon `index` held through `fd`'s open file description (`F_OFD_SETLK`,
+/// `F_UNLCK`).
+pub fn unlock_beacon(fd: BorrowedFd<'_>, index: u64) -> io::Result<()> {
+    let mut fl = flock_for(index, libc::F_UNLCK as libc::c_short);
+    fcntl(fd, libc::F_OFD_SETLK, &mut fl)
+}
+
 /// The byte (counted from [`BEACON_BASE`] backwards: `BEACON_BASE - 1`) whose write lock
 /// serialises changes to a file's table of names (creating, reclaiming).
 const NAMES_LOCK: u64 = BEACON_BASE - 1;
