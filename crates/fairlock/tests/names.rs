@@ -109,6 +109,10 @@ fn fifo_per_name_across_processes() {
     }
     let dir = TempDir::new("names-fifo");
     let path = dir.join("names.lock");
+    // In a file of 10,000 names (opened and closed: kept, not in use).
+    for i in 0..MANY {
+        drop(named(&path, &format!("user-{i}")));
+    }
     let (a, b) = (named(&path, "queue-a"), named(&path, "queue-b"));
     let (ga, gb) = (a.lock().unwrap(), b.lock().unwrap());
     let mut workers = Vec::new();
