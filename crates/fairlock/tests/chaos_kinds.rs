@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::chaos::{Env, Rng, pid_dead};
 use common::{Shm, role};
-use fairlock::{FairRwLock, FairSemaphore};
+use fairlock::{FairLock, FairRwLock, FairSemaphore};
 
 const WORKERS: usize = 5;
 /// Shm words: 0 grants, 1 violations, 2 owner_died seen, then per worker id: pid, holding.
@@ -99,9 +99,20 @@ fn worker(kind: &str) {
         check(mine);
         shm.atomic(what_at).store(0, SeqCst);
     };
-    if kind == "rwlock" {
-        let l = FairRwLock::open(&path).expect("open");
+    if kind == "rwlock" || kind == "named" {
+        let l = open_rwlock(kind, &path);
         loop {
+            if kind == "named" && rng.below(4) == 0 {
+                // Names come and go around the one under test: creations and sweeps (16
+                // records) are killed half-way too.
+                let other = FairLock::options()
+                    .name(format!("churn-{}", rng.below(40)))
+                    .name_capacity(16)
+                    .open(&path);
+                if let Ok(o) = other {
+                    drop(o.try_lock());
+                }
+            }
             if rng.below(4) == 0 {
                 let g = l.write().expect("write");
                 hold(2, g.owner_died(), &mut rng);
@@ -122,10 +133,24 @@ fn worker(kind: &str) {
     }
 }
 
+/// The reader/writer lock under test: the file's own, or the name "chaos" in a file of named
+/// locks.
+fn open_rwlock(kind: &str, path: impl AsRef<std::path::Path>) -> FairRwLock {
+    if kind == "named" {
+        FairLock::options()
+            .name("chaos")
+            .name_capacity(16)
+            .open_rwlock(path)
+            .expect("open")
+    } else {
+        FairRwLock::open(path).expect("open")
+    }
+}
+
 fn chaos(test: &'static str, kind: &str, permits: u64) {
     let (mut env, shm) = Env::new(test, test, SLOTS + 2 * WORKERS);
     match kind {
-        "rwlock" => drop(FairRwLock::open(env.path()).expect("create")),
+        "rwlock" | "named" => drop(open_rwlock(kind, env.path())),
         _ => drop(FairSemaphore::open(env.path(), permits as u32).expect("create")),
     }
     let spawn = |env: &mut Env, id: usize| {
@@ -176,8 +201,8 @@ fn chaos(test: &'static str, kind: &str, permits: u64) {
     drop(workers); // killed
     // Everyone is dead: the next acquisitions recover and the lock ends free.
     match kind {
-        "rwlock" => {
-            let l = FairRwLock::open(env.path()).expect("open");
+        "rwlock" | "named" => {
+            let l = open_rwlock(kind, env.path());
             drop(
                 l.write_timeout(Duration::from_secs(10))
                     .expect("write after the chaos"),
@@ -194,7 +219,14 @@ fn chaos(test: &'static str, kind: &str, permits: u64) {
             drop(all);
         }
     }
-    let st = fairlock::inspect(env.path()).expect("inspect");
+    let mut st = fairlock::inspect(env.path()).expect("inspect");
+    if kind == "named" {
+        st = st
+            .names
+            .into_iter()
+            .find(|n| n.name.as_deref() == Some("chaos"))
+            .expect("the name under test is listed");
+    }
     assert!(st.holders.is_empty() && st.waiters.is_empty(), "{st:?}");
 }
 
@@ -214,6 +246,15 @@ fn chaos_semaphore_random_kills() {
         return;
     }
     chaos("chaos_semaphore_random_kills", "semaphore", 2);
+}
+
+#[test]
+fn chaos_named_rwlock_random_kills() {
+    if let Some(r) = role() {
+        worker(&r);
+        return;
+    }
+    chaos("chaos_named_rwlock_random_kills", "named", 0);
 }
 
 #[test]
