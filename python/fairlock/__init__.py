@@ -13,8 +13,11 @@ increasing fencing ``token``.
 True
 
 The classes have ``threading``'s shape: ``Lock`` and ``RLock`` (``acquire(blocking=True,
-timeout=-1)``, ``release()``, ``locked()``, ``with``), and ``RWLock``, whose ``read()`` and
-``write()`` sides have that shape too; ``status(path)`` shows holders and queue. A lock object belongs to the thread that acquired it; see ``help(fairlock.Lock)``.
+timeout=-1)``, ``release()``, ``locked()``, ``with``), ``RWLock``, whose ``read()`` and
+``write()`` sides have that shape too, and ``Semaphore`` (``threading.Semaphore``'s shape,
+bounded: ``BoundedSemaphore`` is the same class); ``status(path)`` shows holders and queue.
+Every class takes ``name=`` for one of many locks in one file. A lock object belongs to the
+thread that acquired it (a semaphore's permits to the object); see ``help(fairlock.Lock)``.
 """
 
 import os as _os
@@ -25,10 +28,14 @@ from ._fairlock import (
     RLock,
     RWLock,
     RWLockSide,
+    Semaphore,
     __version__,
     _after_fork_in_child,
     status,
 )
+
+# A semaphore shared through a file cannot grow: every release gives back a permit taken.
+BoundedSemaphore = Semaphore
 
 # A child does not hold the locks its forking thread held: tell the native module, which
 # keeps each thread's grants, that those are the parent's from now on.
@@ -39,6 +46,8 @@ __all__ = [
     "RLock",
     "RWLock",
     "RWLockSide",
+    "Semaphore",
+    "BoundedSemaphore",
     "status",
     "Error",
     "LockLost",

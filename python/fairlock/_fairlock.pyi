@@ -11,9 +11,11 @@ __all__ = [
     "RLock",
     "RWLock",
     "RWLockSide",
+    "Semaphore",
     "status",
     "_after_fork_in_child",
     "_reopen",
+    "_reopen_semaphore",
     "__version__",
 ]
 __version__: str
@@ -136,6 +138,46 @@ class RWLock:
     def lease(self) -> Optional[float]: ...
     def __reduce__(self) -> Tuple[Callable[..., "RWLock"], Tuple[str, str, Optional[float], Optional[str]]]: ...
 
+@final
+class Semaphore:
+    """At most ``value`` holders at once across threads and processes, in arrival order, in
+    the shape of ``threading.Semaphore`` (bounded); permits belong to the object."""
+
+    def __new__(
+        cls,
+        path: _Path,
+        value: int = 1,
+        *,
+        name: Optional[str] = None,
+        lease: Optional[float] = None,
+    ) -> "Semaphore": ...
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        """Takes a permit, waiting in line; False if none was taken."""
+    def release(self, n: int = 1) -> None:
+        """Gives ``n`` permits back (any thread may)."""
+    @property
+    def held(self) -> int:
+        """How many permits this object holds."""
+    @property
+    def value(self) -> int:
+        """The semaphore's number of permits."""
+    @property
+    def token(self) -> int:
+        """The fencing token of the last permit this object acquired."""
+    @property
+    def owner_died(self) -> bool:
+        """Whether the last permit was told a holder before it died."""
+    def __enter__(self) -> bool: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
+    def __reduce__(
+        self,
+    ) -> Tuple[Callable[..., "Semaphore"], Tuple[str, int, Optional[str], Optional[float]]]: ...
+
 class _Ticket(TypedDict):
     ticket: int
     token: int
@@ -176,6 +218,9 @@ def status(path: _Path) -> _Status:
     file of named locks, ``kind`` is ``"names"`` and ``names`` lists each name's."""
 
 def _after_fork_in_child() -> None: ...
+def _reopen_semaphore(
+    path: _Path, value: int, name: Optional[str] = None, lease: Optional[float] = None
+) -> Semaphore: ...
 def _reopen(
     class_: str, path: _Path, lease: Optional[float], name: Optional[str] = None
 ) -> Any: ...

@@ -2,7 +2,7 @@
 reads from stdin, one a line, answering each with one line on stdout (see conftest.Peer).
 
     python peer.py KIND PATH LEASE      KIND: Lock, RLock, Read or Write (the sides of an
-                                        RWLock); LEASE: seconds or "none"
+                                        RWLock), Semaphore:N; LEASE: seconds or "none"
 
 Commands and answers:
     acquire [TIMEOUT]   "acquired TOKEN OWNER_DIED" or "false"
@@ -32,7 +32,9 @@ SIGINTS: list = []
 def main() -> None:
     kind, path, lease = sys.argv[1], sys.argv[2], sys.argv[3]
     lease_s = None if lease == "none" else float(lease)
-    if kind in ("Read", "Write"):
+    if kind.startswith("Semaphore:"):
+        lock = fairlock.Semaphore(path, int(kind.split(":")[1]), lease=lease_s)
+    elif kind in ("Read", "Write"):
         rw = fairlock.RWLock(path, lease=lease_s)
         lock = rw.read() if kind == "Read" else rw.write()
     else:

@@ -218,6 +218,8 @@ def test_named_locks_share_one_file(lock_path):
     again = fairlock.RLock(lock_path, name="again")
     assert jobs.acquire(blocking=False)
     assert users.acquire(blocking=False)  # another name: not excluded by "jobs"
+    assert fairlock.Lock(lock_path, name="jobs").locked()  # that name's holder, not the file's
+    assert not fairlock.Lock(lock_path, name="other").locked()
     got = []
     t = threading.Thread(
         target=lambda: got.append(fairlock.Lock(lock_path, name="jobs").acquire(timeout=0.01))
@@ -230,7 +232,7 @@ def test_named_locks_share_one_file(lock_path):
     st = fairlock.status(lock_path)
     assert st["kind"] == "names"
     by_name = {n["name"]: n for n in st["names"]}
-    assert set(by_name) == {"jobs", "user-\u00e9", "again"}
+    assert set(by_name) == {"jobs", "user-\u00e9", "again", "other"}
     assert by_name["jobs"]["held"] and by_name["jobs"]["kind"] == "exclusive"
     assert not by_name["again"]["held"]
     assert "name='jobs'" in repr(jobs) or 'name="jobs"' in repr(jobs)

@@ -214,7 +214,7 @@ fn wait_in_line(py: Python<'_>, handle: &Arc<Handle>, deadline: Option<Instant>)
 /// Whether the calling thread is Python's main thread, the only one that runs signal handlers.
 /// Asked of `threading` once per thread (and again after a `fork`, which makes the forking
 /// thread the child's main thread), then remembered: it is on the path of every wait.
-fn is_main_thread(py: Python<'_>) -> PyResult<bool> {
+pub(crate) fn is_main_thread(py: Python<'_>) -> PyResult<bool> {
     thread_local! {
         /// (fork generation, answer) of the last time this thread asked.
         static MAIN: Cell<Option<(u64, bool)>> = const { Cell::new(None) };

@@ -3,7 +3,8 @@
 //!
 //! * `Lock`, `RLock` (`lock.rs`, `rlock.rs`, sharing `lock_object.rs`): `threading`'s shape
 //!   over `FairLock` / `FairRLock`, opened in `handle.rs`; `RWLock` (`rwlock.rs`) over
-//!   `FairRwLock`, whose two sides are lock objects of that shape.
+//!   `FairRwLock`, whose two sides are lock objects of that shape; `Semaphore` (`semaphore.rs`)
+//!   over `FairSemaphore`, its permits the object's, not a thread's.
 //! * `acquire.rs`: threading's argument rules; the uncontended attempt keeps the GIL, the
 //!   wait in line releases it and runs Python's signal handlers after every wake-up (Ctrl-C).
 //! * `held.rs`: the grants each thread holds, by lock object (guards stay on their thread).
@@ -19,6 +20,7 @@ mod lock;
 mod lock_object;
 mod rlock;
 mod rwlock;
+mod semaphore;
 mod status;
 
 use pyo3::exceptions::PyValueError;
@@ -70,6 +72,8 @@ fn _fairlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rlock::RLock>()?;
     m.add_class::<rwlock::RWLock>()?;
     m.add_class::<rwlock::RWLockSide>()?;
+    m.add_class::<semaphore::Semaphore>()?;
+    m.add_function(wrap_pyfunction!(semaphore::_reopen_semaphore, m)?)?;
     m.add_function(wrap_pyfunction!(status::status, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(_reopen, m)?)?;

@@ -163,7 +163,14 @@ pub(crate) fn locked(py: Python<'_>, handle: &Arc<Handle>) -> PyResult<bool> {
     let st = py
         .detach(|| fairlock::inspect(path))
         .map_err(|e| errors::to_py(py, e))?;
-    Ok(st.holder.is_some())
+    Ok(match handle.name() {
+        // A lock in a file of named locks: that name's holder.
+        Some(name) => st
+            .names
+            .iter()
+            .any(|n| n.name.as_deref() == Some(name) && n.holder.is_some()),
+        None => st.holder.is_some(),
+    })
 }
 
 /// `repr()`: `<fairlock.Lock '/path', lease=30.0, held by this thread>`.

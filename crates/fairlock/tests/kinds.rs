@@ -497,3 +497,17 @@ fn a_thread_asking_again_is_refused_but_a_semaphore_gives_it_more_permits() {
     drop(permits);
     drop(s.try_acquire().expect("free again"));
 }
+
+#[test]
+fn a_permit_outlives_its_thread_and_may_be_released_by_another() {
+    let dir = common::TempDir::new("kinds-permit-send");
+    let s = FairSemaphore::open(dir.join("sem"), 1).expect("open");
+    // Taken by a thread that then ends: the permit is handed over, still held.
+    let p = std::thread::scope(|sc| sc.spawn(|| s.acquire().expect("acquire")).join().unwrap());
+    assert!(matches!(s.try_acquire(), Err(Error::WouldBlock { .. })));
+    // Released by yet another thread.
+    std::thread::scope(|sc| {
+        sc.spawn(move || p.unlock().expect("release from another thread"));
+    });
+    drop(s.try_acquire().expect("free again"));
+}

@@ -95,5 +95,18 @@ kind_guard!(
 kind_guard!(
     /// One permit of a [`FairSemaphore`](crate::FairSemaphore). Tokens strictly increase in
     /// grant order.
+    ///
+    /// Unlike the other guards, a permit is not its thread's: it is `Send`, so another thread
+    /// may release it (as `threading.Semaphore.release` may be called by any thread). A thread
+    /// that exits holding a permit does not give it up; the process's death does.
     SemaphorePermit
 );
+
+// SAFETY: a `LockGuard` is `!Send` only by its marker: its fields are a `&Shared` (`Shared` is
+// `Sync`: atomics, a mutex, a mapping of atomics), a ticket, a lease, a thread id and a flag.
+// The marker keeps an exclusive grant on the thread recorded in the process's `Hold` (its
+// re-entrancy, its thread-exit watch); a weighted grant is never recorded there
+// (`FairLock::acquire_weighted`), so releasing a permit from another thread finds no `Hold` of
+// its own (the thread id it compares belongs to no exclusive grant of a semaphore file) and
+// releases by ticket and participant, which are the process's, not the thread's.
+unsafe impl Send for SemaphorePermit<'_> {}
