@@ -5,7 +5,7 @@
 //! descriptor, so the beacon belongs to *that* open file description: it outlives the process
 //! that took the lock, and the kernel drops it when the last descriptor of the description is
 //! closed (the shell exits, or closes fd 9). Until then the grant is alive; after, the next
-//! waiter takes over and is told `owner_died`, as for any dead holder. The entry's `owner`
+//! waiter takes over and is told `owner_died`, as for any dead holder. The entry's `marker`
 //! field (unused otherwise in a file of one lock) is set to [`FD_FORM`] so that `unlock` can
 //! tell the entry of a descriptor from that of a process.
 
@@ -25,7 +25,7 @@ use crate::sys::ofd;
 use crate::sys::platform::SysPlatform;
 use crate::{FairLock, FairRwLock, FairSemaphore, OpenOptions};
 
-/// The `owner` value of a participant entry whose beacon belongs to a descriptor (`fd` form).
+/// The `marker` value of a participant entry whose beacon belongs to a descriptor (`fd` form).
 const FD_FORM: u32 = u32::MAX;
 
 /// Which lock [`OpenOptions::lock_for_fd`] takes.
@@ -77,7 +77,7 @@ fn entry_of(fd: BorrowedFd<'_>, opened: &Opened, shown: &Path) -> Result<Option<
         let marked = st
             .participant(i)
             // Relaxed: written by the entry's claimer; re-checked against the beacons.
-            .is_some_and(|p| p.owner.load(Relaxed) == FD_FORM);
+            .is_some_and(|p| p.marker.load(Relaxed) == FD_FORM);
         if marked
             && probe(ofd::is_held(opened.file.as_fd(), u64::from(i)))?
             && !probe(ofd::is_held(fd, u64::from(i)))?
@@ -92,7 +92,7 @@ fn entry_of(fd: BorrowedFd<'_>, opened: &Opened, shown: &Path) -> Result<Option<
 fn give_back(fd: BorrowedFd<'_>, entry: Option<&Participant>, i: u32) {
     if let Some(p) = entry {
         // Relaxed: as in `entry_of`.
-        p.owner.store(0, Relaxed);
+        p.marker.store(0, Relaxed);
     }
     let _ = ofd::unlock_beacon(fd, u64::from(i));
 }
@@ -154,7 +154,7 @@ impl OpenOptions {
         let i = register(beacon.file(), &opened.mapping, &shown)?;
         if let Some(p) = opened.mapping.state().participant(i) {
             // Relaxed: read by `entry_of`, which checks the beacons too.
-            p.owner.store(FD_FORM, Relaxed);
+            p.marker.store(FD_FORM, Relaxed);
             // Informational (status): the process that asked — the shell holding `fd` — rather
             // than this one, which may exit at once.
             // SAFETY: getppid has no preconditions.

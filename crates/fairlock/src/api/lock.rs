@@ -72,12 +72,28 @@ impl std::fmt::Debug for FairLock {
     }
 }
 
-/// This process's view of the lock at `path` (named `name` in a file of named locks).
+/// This process's view of the lock at `path` (named `name` in a file of named locks), of the
+/// kind `create` asks for. Also when a forked child opens it again: a name may have been freed
+/// and created again as another kind meanwhile (review finding).
 fn open_view(path: &Path, create: &CreateOptions, name: Option<&str>) -> Result<Arc<Shared>> {
-    match name {
-        Some(key) => super::named::open_named(path, create, key),
-        None => Shared::open(path, create),
+    let shared = match name {
+        Some(key) => super::named::open_named(path, create, key)?,
+        None => Shared::open(path, create)?,
+    };
+    // A view this process already had open was not checked against what we ask for.
+    let (found, wanted) = (shared.geometry().kind, create.kind);
+    if found != wanted {
+        let named = |k: crate::core::layout::RecordKind| match name {
+            Some(n) => format!("{} named {n:?}", k.describe()),
+            None => k.describe(),
+        };
+        return Err(Error::KindMismatch {
+            path: shared.path.clone(),
+            found: named(found),
+            wanted: named(wanted),
+        });
     }
+    Ok(shared)
 }
 
 impl FairLock {
@@ -98,19 +114,6 @@ impl FairLock {
         let create = o.create_options();
         let name = o.name_key().cloned();
         let shared = open_view(path, &create, name.as_deref())?;
-        // A view this process already had open was not checked against what we ask for.
-        let (found, wanted) = (shared.geometry().kind, create.kind);
-        if found != wanted {
-            let named = |k: crate::core::layout::RecordKind| match &name {
-                Some(n) => format!("{} named {n:?}", k.describe()),
-                None => k.describe(),
-            };
-            return Err(Error::KindMismatch {
-                path: shared.path.clone(),
-                found: named(found),
-                wanted: named(wanted),
-            });
-        }
         Ok(FairLock::with_view(shared, o, create, name))
     }
 

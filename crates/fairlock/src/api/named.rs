@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use super::shared::{Beacon, Shared, find, note_claim, note_pid, open_beacon, with_open_files};
+use super::shared::{Beacon, Shared, find, note_time, open_beacon, with_open_files};
 use crate::core::layout::{Participant, RecordKind};
 use crate::core::name_layout::{MAX_KEY_LEN, RecordState, generation_of, owner_word};
 use crate::core::names::{self, LockedLookup, Lookup, NameTable};
@@ -38,7 +38,7 @@ pub(crate) struct NamesFile {
 
 impl NamesFile {
     /// Our owner word (see `core::name_layout::owner_word`).
-    fn owner(&self) -> u32 {
+    fn owner(&self) -> u64 {
         owner_word(self.me.0, self.me.1)
     }
 
@@ -61,13 +61,14 @@ impl NamesFile {
             let i = (start + k) % n;
             let Some(e) = state.participant(i) else { break };
             // Acquire: pairs with the previous owner's release (or claim).
-            let word = e.owner.load(Acquire);
-            if owners.liveness(self.beacon.file(), i) == Liveness::Alive {
+            let word = e.claim.load(Acquire);
+            // The liveness of this very word: the CAS below takes it only if it is unchanged.
+            if owners.liveness_of(self.beacon.file(), word) == Liveness::Alive {
                 continue;
             }
             // SeqCst: the store half of our side of the Dekker pair with a reclaimer (see
             // `core::names`): the record's state word is checked after this.
-            if e.owner
+            if e.claim
                 .compare_exchange(word, self.owner(), SeqCst, Relaxed)
                 .is_ok()
             {
@@ -85,7 +86,7 @@ impl NamesFile {
         // Release: whatever we wrote in the record before happens-before its next owner's
         // claim (Acquire).
         let _ = entry
-            .owner
+            .claim
             .compare_exchange(self.owner(), 0, Release, Relaxed);
     }
 
@@ -165,7 +166,7 @@ fn claim_process_entry(beacon: &Beacon, map: &NamesMap, path: &Path) -> Result<(
             let entry = &processes[j as usize];
             // SeqCst: ordered after the beacon claim and before any owner word we write.
             let generation = entry.generation.fetch_add(1, SeqCst).wrapping_add(1);
-            note_pid(entry, std::process::id());
+            note_time(entry, std::process::id());
             return Ok((j, generation));
         }
     }
@@ -260,10 +261,15 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
             LockedLookup::Insert { record, was_empty } => {
                 // Relaxed (here and below): the header's counters are only touched under the
                 // names lock, which orders them.
+                // Saturating: a corrupt header must not panic (or wrap into a sweep storm).
                 let occupied = h.occupied.load(Relaxed);
-                let filling = was_empty && (occupied + 1) * 4 > records * 3;
-                if filling && !swept && occupied >= h.swept_at.load(Relaxed) + (records / 16).max(1)
-                {
+                let filling =
+                    was_empty && occupied.saturating_add(1).saturating_mul(4) > records * 3;
+                let due = h
+                    .swept_at
+                    .load(Relaxed)
+                    .saturating_add((records / 16).max(1));
+                if filling && !swept && occupied >= due {
                     sweep(nf)?;
                     swept = true;
                     continue;
@@ -274,7 +280,7 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
                     .write_image(record, kind, h.ticket_floor.load(Relaxed), false);
                 let word = names::publish(&nf.map, record, generation);
                 if was_empty {
-                    h.occupied.store(occupied + 1, Relaxed);
+                    h.occupied.store(occupied.saturating_add(1), Relaxed);
                 }
                 return Ok((record, word));
             }
@@ -293,10 +299,13 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
 }
 
 /// Under the names lock: frees every name no live process has open, then compacts the table.
+/// Not in a file of named `FairMutex<T>`s: a name's value is the user's data, kept for good as
+/// a `FairMutex` of a file of its own keeps its value (its name is never reclaimed).
 fn sweep(nf: &NamesFile) -> Result<()> {
     let g = nf.map.geometry();
     let h = nf.map.header();
-    for r in 0..g.records {
+    let reclaimable = g.record.data == crate::core::layout::DataShape::NONE;
+    for r in (0..g.records).filter(|_| reclaimable) {
         // Acquire: pairs with the Release of `publish` (the record's header is read below).
         let mut word = nf.map.entry(r).state.load(Acquire);
         if RecordState::of(word) == RecordState::Reclaiming {
@@ -363,7 +372,10 @@ fn claim(nf: &Arc<NamesFile>, record: u32, word: u64, key: &str) -> Result<Optio
         return Ok(None);
     }
     if let Some(entry) = mapping.state().participant(participant) {
-        note_claim(entry, std::process::id());
+        // Informational (status): not the time — this entry's `claim` is our owner word.
+        // Relaxed: informational.
+        entry.generation.fetch_add(1, Relaxed);
+        entry.pid.store(std::process::id(), Relaxed);
     }
     let shared = Shared::new(
         &nf.path,

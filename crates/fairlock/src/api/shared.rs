@@ -329,7 +329,7 @@ pub(crate) fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<u3
         {
             if let Some(entry) = mapping.state().participant(i) {
                 // Relaxed: read only by whoever holds this beacon's description afterwards.
-                entry.owner.store(0, Relaxed);
+                entry.marker.store(0, Relaxed);
                 note_claim(entry, std::process::id());
             }
             return Ok(i);
@@ -341,20 +341,23 @@ pub(crate) fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<u3
     })
 }
 
+/// Writes down our claim of a participant entry of a file of one lock (or of a file of named
+/// locks' file-wide table): a new generation, our pid and the time (informational: status).
 pub(crate) fn note_claim(entry: &Participant, pid: u32) {
-    // Informational (status output); Relaxed.
+    // Relaxed: informational.
     entry.generation.fetch_add(1, Relaxed);
-    note_pid(entry, pid);
+    note_time(entry, pid);
 }
 
-/// Writes our pid and the time into a claimed entry (informational: status output).
-pub(crate) fn note_pid(entry: &Participant, pid: u32) {
+/// Writes our pid and the time of the claim into an entry (informational: status). Not for a
+/// name's entry, whose `claim` field is its owner word.
+pub(crate) fn note_time(entry: &Participant, pid: u32) {
     // Relaxed: informational.
     entry.pid.store(pid, Relaxed);
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    entry.claimed_at.store(secs, Relaxed);
+    entry.claim.store(secs, Relaxed);
 }
 
 impl Drop for Shared {

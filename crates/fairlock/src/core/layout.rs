@@ -188,12 +188,15 @@ pub struct Participant {
     pub generation: AtomicU64,
     /// The claiming process's pid, in its own pid namespace (informational).
     pub pid: AtomicU32,
-    /// In a record of a file of named locks: the process owning this entry, as an owner word
-    /// (`core::name_layout::owner_word`: its file-wide entry and that entry's generation), 0
-    /// if free. Zero in a file of one lock (the entry's own beacon says who owns it).
-    pub owner: AtomicU32,
-    /// Wall-clock seconds when the entry was claimed (informational).
-    pub claimed_at: AtomicU64,
+    /// In a file of one lock: `u32::MAX` while the entry's beacon belongs to a descriptor's
+    /// open file description (a grant held for a descriptor: `api/fd_form.rs`), else 0.
+    /// Unused (zero) in a record of a file of named locks.
+    pub marker: AtomicU32,
+    /// In a file of one lock: wall-clock seconds when the entry was claimed (informational).
+    /// In a record of a file of named locks: the *owner word*
+    /// (`core::name_layout::owner_word`: the owning process's file-wide entry and the
+    /// generation of its claim of it), 0 if free.
+    pub claim: AtomicU64,
     /// The `CLOCK_MONOTONIC` millisecond at which the lease of the ticket this process holds
     /// (with a `Leased` lease field) ends. Written only by the process owning the entry, under
     /// its own lock, before the lease-field CAS that publishes it (see [`crate::core::lease`]).
@@ -252,7 +255,8 @@ const _: () = {
     assert!(offset_of!(Header, told) == 176);
     assert!(size_of::<Participant>() == PARTICIPANT_SIZE);
     assert!(offset_of!(Participant, pid) == 8);
-    assert!(offset_of!(Participant, claimed_at) == 16);
+    assert!(offset_of!(Participant, marker) == 12);
+    assert!(offset_of!(Participant, claim) == 16);
     assert!(offset_of!(Participant, lease_deadline_ms) == 24);
     assert!(size_of::<Slot>() == SLOT_SIZE);
     assert!(offset_of!(Slot, word) == 0);
@@ -597,8 +601,8 @@ impl Participant {
         Participant {
             generation: AtomicU64::new(0),
             pid: AtomicU32::new(0),
-            owner: AtomicU32::new(0),
-            claimed_at: AtomicU64::new(0),
+            marker: AtomicU32::new(0),
+            claim: AtomicU64::new(0),
             lease_deadline_ms: AtomicU64::new(0),
         }
     }

@@ -72,6 +72,8 @@ pub mod weighted;
 pub mod word;
 
 #[cfg(all(test, not(loom)))]
+mod names_review;
+#[cfg(all(test, not(loom)))]
 mod tests;
 #[cfg(all(test, not(loom)))]
 mod weighted_review;

@@ -187,24 +187,30 @@ pub struct NamesGeometry {
     pub file_size: usize,
 }
 
-/// The owner word (in a record's [`Participant::owner`]) of file-wide entry `j` claimed in
-/// generation `generation`: `j + 1` in the low 12 bits, the generation's low 20 bits above; 0
+/// Bits of a file-wide entry's generation an owner word keeps: 52, so that a process taking
+/// entry `j` never finds a dead predecessor's word with its own generation (2^52 claims of
+/// one entry). (A review found 20 bits reachable: 2^20 short-lived openers on one entry.)
+const GENERATION_BITS: u32 = 52;
+const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
+
+/// The owner word (in a record's [`Participant::claim`]) of file-wide entry `j` claimed in
+/// generation `generation`: `j + 1` in the low 12 bits, the generation's low 52 bits above; 0
 /// is "free".
 ///
-/// [`Participant::owner`]: crate::core::layout::Participant::owner
-pub fn owner_word(j: u32, generation: u64) -> u32 {
-    ((j + 1) & 0xFFF) | (((generation & 0xF_FFFF) as u32) << 12)
+/// [`Participant::claim`]: crate::core::layout::Participant::claim
+pub fn owner_word(j: u32, generation: u64) -> u64 {
+    u64::from((j + 1) & 0xFFF) | ((generation & GENERATION_MASK) << 12)
 }
 
-/// The file-wide entry and generation bits an owner word names (`None` for 0, free).
-pub fn owner_of(word: u32) -> Option<(u32, u32)> {
-    let j = word & 0xFFF;
-    (j != 0).then_some((j - 1, word >> 12))
+/// The file-wide entry an owner word names (`None` for 0, free).
+pub fn owner_of(word: u64) -> Option<u32> {
+    let j = (word & 0xFFF) as u32;
+    (j != 0).then(|| j - 1)
 }
 
 /// Whether an owner word's generation bits are those of `generation`.
-pub fn same_generation(word: u32, generation: u64) -> bool {
-    word >> 12 == (generation & 0xF_FFFF) as u32
+pub fn same_generation(word: u64, generation: u64) -> bool {
+    word >> 12 == generation & GENERATION_MASK
 }
 
 /// The largest file of named locks (1 TiB), so that every offset fits comfortably.
@@ -327,9 +333,10 @@ mod tests {
         for (j, g) in [(0u32, 0u64), (4094, 1), (17, 0xF_FFFF), (3, 0x10_0001)] {
             let w = owner_word(j, g);
             assert_ne!(w, 0);
-            assert_eq!(owner_of(w).map(|o| o.0), Some(j));
+            assert_eq!(owner_of(w), Some(j));
             assert!(same_generation(w, g));
             assert!(!same_generation(w, g + 1));
+            assert!(!same_generation(w, g + (1 << 20)), "20 bits are not enough");
         }
         assert_eq!(owner_of(0), None);
     }

@@ -106,12 +106,12 @@ pub fn write_key(e: &NameEntry, key: &[u8], hash: u64) {
 /// process's entry is alive while its generation is the word's and its beacon is held
 /// (`held`; `None` when it cannot be probed, which never counts as dead).
 pub fn owner_liveness(
-    word: u32,
+    word: u64,
     me: (u32, u64),
     generation: impl FnOnce(u32) -> Option<u64>,
     held: impl FnOnce(u32) -> Option<bool>,
 ) -> Liveness {
-    let Some((j, _)) = owner_of(word) else {
+    let Some(j) = owner_of(word) else {
         return Liveness::Dead;
     };
     if j == me.0 {
@@ -164,9 +164,15 @@ pub fn lookup(t: &impl NameTable, key: &[u8], hash: u64) -> Lookup {
         match RecordState::of(word) {
             RecordState::Empty => return Lookup::Absent,
             s @ (RecordState::Used | RecordState::Reclaiming) => {
-                // Acquire: orders the key loads above before this re-check (a record renamed
-                // while we read it shows another word now).
-                if holds_key(e, key, hash) && e.state.load(Acquire) == word {
+                // A seqlock read: the key, then an Acquire fence, then the word again. If a key
+                // load saw a creator's write, the fence synchronises with the creator's Release
+                // fence (`begin_create`) and the re-check sees its `Creating` word or later:
+                // a record renamed while we read it is never taken for a match. (A claim checks
+                // the word once more in any case.)
+                if holds_key(e, key, hash) && {
+                    crate::primitive::fence(Acquire);
+                    e.state.load(Relaxed) == word
+                } {
                     return if s == RecordState::Used {
                         Lookup::Found { record: r, word }
                     } else {
@@ -262,6 +268,8 @@ pub fn begin_create(t: &impl NameTable, r: u32, key: &[u8], hash: u64) -> u64 {
     let generation = generation_of(e.state.load(Relaxed)).wrapping_add(1) & (u64::MAX >> 8);
     e.state
         .store(RecordState::Creating.word(generation), Relaxed);
+    // Release: the `Creating` word before the key (see the seqlock read in `lookup`).
+    crate::primitive::fence(Release);
     write_key(e, key, hash);
     generation
 }

@@ -201,7 +201,11 @@ const PROCESSES: u32 = 1024;
 /// The geometry a new file of named locks gets from `o`.
 fn new_geometry(o: &CreateOptions) -> Result<NamesGeometry> {
     Geometry::with_data(o.slots, o.participants, o.data)
-        .and_then(|g| NamesGeometry::new(g, o.names.next_power_of_two().max(2), PROCESSES))
+        .and_then(|g| {
+            // `checked`: a capacity above 2^31 must be refused, not wrap to 0 (review finding).
+            let records = o.names.checked_next_power_of_two()?.max(2);
+            NamesGeometry::new(g, records, PROCESSES)
+        })
         .ok_or_else(|| Error::InvalidOption {
             what: format!(
                 "a file of {} named locks of {} slots / {} participants: slots must be a power of two in 2..=2^20, participants in 1..=4096, names 1..=2^20",
@@ -289,6 +293,9 @@ fn initialise_locked(
             Ok(g)
         }
         Verdict::Names { geometry, boot_id } => {
+            // Before anything is written: a file of another `T` is refused untouched (review
+            // finding: it used to be re-initialised first).
+            check_data(path, o, geometry)?;
             let alive = ofd::any_held(file.as_fd(), 0, u64::from(geometry.processes))
                 .map_err(|e| Error::io(path, "probe beacons", e))?;
             if boot_id::is_stale(boot_id, boot) && !alive {
@@ -297,6 +304,7 @@ fn initialise_locked(
             Ok(geometry)
         }
         Verdict::NamesReinit { geometry } => {
+            check_data(path, o, geometry)?;
             reinitialise(file, path, geometry, boot)?;
             Ok(geometry)
         }

@@ -25,7 +25,7 @@ use crate::sys::ofd;
 const NEXT_TICKET: usize = 64;
 const HEAD: usize = 128;
 const P_PID: usize = 8;
-const P_OWNER: usize = 12;
+const P_CLAIM: usize = 16;
 const P_DEADLINE: usize = 24;
 const S_WORD: usize = 0;
 const S_LEASE: usize = 8;
@@ -237,8 +237,8 @@ impl ReadOnlyView {
             return None;
         }
         if let Some(ng) = self.owners {
-            let word = self.u32_at(
-                self.geometry.participants_offset + i as usize * PARTICIPANT_SIZE + P_OWNER,
+            let word = self.u64_at(
+                self.geometry.participants_offset + i as usize * PARTICIPANT_SIZE + P_CLAIM,
             );
             // No entry of ours: `me` names none.
             return Some(owner_liveness(

@@ -2,8 +2,8 @@
 //! used as liveness beacons.
 //!
 //! Participant `i` holds a write lock on byte [`BEACON_BASE`]` + i` of the lock file (in a file
-//! of named locks, participant `i` of record `r` on byte `BEACON_BASE + r·P + i`: every beacon
-//! index below is counted from `BEACON_BASE`). The
+//! of named locks, file-wide entry `i`: a process has one beacon per file, whatever the number
+//! of names it has open; every beacon index below is counted from `BEACON_BASE`). The
 //! kernel releases it when the last descriptor of the open file description is closed — when
 //! the process dies, already before it becomes a zombie — so "the byte is unlocked" means "the
 //! process is dead", with no PID-reuse race and across PID namespaces. Unlike classic `fcntl`

@@ -44,7 +44,13 @@ impl Owners<'_> {
             return Liveness::Alive;
         };
         // Acquire: pairs with the claimer's compare-and-swap of the owner word.
-        let word = entry.owner.load(Acquire);
+        self.liveness_of(file, entry.claim.load(Acquire))
+    }
+
+    /// Whether the owner that owner word `word` names lives (for a claimer, about the very
+    /// word it will compare-and-swap: judging a reloaded word instead let a live owner's
+    /// `W → 0 → W` pass as dead — review finding).
+    pub fn liveness_of(&self, file: &File, word: u64) -> Liveness {
         owner_liveness(
             word,
             self.me,
