@@ -16,8 +16,9 @@ plus the seed's ``FairRLock(cache, key, expire=None)``, from which fairlock grew
 path of its directory: ``diskcache`` itself is not needed (it is an optional dependency). The
 lock state lives in one file, ``fairlock.locks``, in that directory: a file of named locks,
 one name per key, not in the cache's database. Keys are ``str``, ``bytes``, ``int``, ``float``
-(``bool`` included) or tuples of these, encoded by type, so ``1`` and ``"1"`` are different
-locks as they are different cache keys; a key whose encoding is longer than 255 bytes is named
+(``bool`` included) or tuples of these, encoded so that two keys are one lock exactly when
+diskcache takes them for one cache key: ``1`` and ``"1"`` are different, ``1`` and ``1.0``
+the same (SQLite compares numbers by value), ``True`` another; a key whose encoding is longer than 255 bytes is named
 by its SHA-256. ``expire`` (seconds) becomes the lock's lease; ``tag`` is accepted and ignored
 (there is no cache entry to tag).
 
@@ -64,19 +65,24 @@ def lock_file(cache: Union[str, "os.PathLike[str]", Any]) -> str:
     return os.path.join(os.fspath(directory), FILE_NAME)
 
 
-def _encode(key: Any) -> str:
-    if isinstance(key, bool):
-        return "B:" + str(int(key))
+def _encode(key: Any, top: bool = True) -> str:
     if isinstance(key, str):
         return "s:" + key
     if isinstance(key, bytes):
         return "b:" + key.hex()
+    # diskcache stores ints and floats as SQLite numbers, which compare by value: 1 and 1.0
+    # are one key there, so one lock here (a bool is pickled: a key of its own). Inside tuples
+    # (pickled) types differ.
+    if isinstance(key, bool):
+        return "B:" + str(int(key))
+    if top and isinstance(key, float) and key.is_integer():
+        return "i:" + str(int(key))
     if isinstance(key, int):
         return "i:" + str(key)
     if isinstance(key, float):
         return "f:" + struct.pack(">d", key).hex()
     if isinstance(key, tuple):
-        return "t:(" + ",".join(_encode(k) for k in key) + ")"
+        return "t:(" + ",".join(_encode(k, False) for k in key) + ")"
     raise TypeError(
         f"fairlock.diskcache: a key must be str, bytes, int, float or a tuple of these, "
         f"not {type(key).__name__}"

@@ -158,6 +158,13 @@ def test_keys_and_caches(cache, tmp_path):
     assert b.acquire(blocking=False) is True, "1 and '1' are different keys"
     b.release()
     a.release()
+    # As diskcache's cache keys: 1 and 1.0 are one key (SQLite compares numbers by value), so
+    # one lock; True is another (pickled), and inside tuples they differ (pickled).
+    cache.set(1, "x")
+    assert cache.get(1.0) == "x" and cache.get(True) is None
+    assert cache.get((1.0,)) is None
+    assert recipes.lock_name(1) == recipes.lock_name(1.0) != recipes.lock_name(True)
+    assert recipes.lock_name((1,)) != recipes.lock_name((1.0,))
     long_key = "x" * 1000
     assert recipes.lock_name(long_key).startswith("h:")
     with recipes.Lock(cache, long_key):

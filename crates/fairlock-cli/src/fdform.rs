@@ -122,7 +122,7 @@ pub fn lock(a: &LockArgs) -> Result<u8, Failure> {
         Err(Error::WouldDeadlock { .. }) => Err(Failure::new(
             exit::USAGE,
             format!(
-                "{}: fd {} holds this lock already (fairlock unlock {} first)",
+                "{}: fd {} holds this lock already, or held it and lost it to a lease takeover (fairlock unlock {} first; it exits 69 for a loss)",
                 shown.display(),
                 a.fd,
                 a.fd

@@ -5,28 +5,41 @@
 //! descriptor, so the beacon belongs to *that* open file description: it outlives the process
 //! that took the lock, and the kernel drops it when the last descriptor of the description is
 //! closed (the shell exits, or closes fd 9). Until then the grant is alive; after, the next
-//! waiter takes over and is told `owner_died`, as for any dead holder. The entry's `marker`
-//! field (unused otherwise in a file of one lock) is set to [`FD_FORM`] so that `unlock` can
-//! tell the entry of a descriptor from that of a process.
+//! waiter takes over and is told `owner_died`, as for any dead holder.
+//!
+//! **Which entry is the descriptor's.** No system call says "this description holds that
+//! lock": `F_OFD_GETLK` reports only *other* descriptions' locks. So each grant picks a random
+//! nonce `n`, takes a second OFD lock through the descriptor on byte `2^41 + n`, and writes `n`
+//! in the entry's `marker`. The entry is the descriptor's when `F_OFD_GETLK` through the
+//! descriptor says no other description holds byte `2^41 + n` and, *after* that, one through a
+//! description of our own says someone does: a holder that closes between the two makes the
+//! second say "free" (a review found that probing the beacon byte instead, which the next
+//! process may claim at once, let `unlock` release another description's grant). Claiming an
+//! entry: the nonce byte first, then a beacon no description holds (probed first: an OFD lock
+//! never conflicts with its own description, so two lockers of one description — or this
+//! process's own beacon descriptor — would otherwise share an entry), then the marker by
+//! compare-and-swap from a value whose nonce byte nobody holds.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::shared::{Shared, dup_beacon, register};
-use crate::core::layout::{Kind, Participant, RecordKind};
+use super::shared::{Shared, note_claim, open_beacon};
+use crate::core::layout::{LockState, MAX_PERMITS, RecordKind};
 use crate::core::word::{State, Word};
 use crate::core::{self, Grant};
 use crate::error::{Error, Result};
 use crate::file::{Opened, open_lock_file, open_read_only};
-use crate::primitive::Ordering::{Acquire, Relaxed};
+use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
 use crate::sys::ofd;
 use crate::sys::platform::SysPlatform;
 use crate::{FairLock, FairRwLock, FairSemaphore, OpenOptions};
 
-/// The `marker` value of a participant entry whose beacon belongs to a descriptor (`fd` form).
-const FD_FORM: u32 = u32::MAX;
+/// Beacon index (from `BEACON_BASE`) of nonce 0's byte: nonce `n` is byte `2^41 + n`.
+const NONCE_BASE: u64 = 1 << 40;
 
 /// Which lock [`OpenOptions::lock_for_fd`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,11 +65,36 @@ pub struct FdGrant {
     pub owner_died: bool,
 }
 
-/// `/proc/self/fd/N` (what the file is opened through) and, for messages, the file's path.
+/// `/proc/thread-self/fd/N` (what the file is opened through: this thread's descriptor table,
+/// also after an `unshare(CLONE_FILES)`) and, for messages, the file's path.
 fn paths(fd: BorrowedFd<'_>) -> (PathBuf, PathBuf) {
-    let proc = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    let proc = PathBuf::from(format!("/proc/thread-self/fd/{}", fd.as_raw_fd()));
     let shown = std::fs::read_link(&proc).unwrap_or_else(|_| proc.clone());
     (proc, shown)
+}
+
+/// Opens the file `fd` is open on (through `proc`), checking that it is the very file.
+fn open_for(
+    fd: BorrowedFd<'_>,
+    proc: &Path,
+    shown: &Path,
+    create: &crate::file::CreateOptions,
+) -> Result<Opened> {
+    let opened = open_lock_file(proc, create).map_err(|e| e.with_path(shown))?;
+    let theirs = std::fs::File::from(
+        fd.try_clone_to_owned()
+            .map_err(|e| Error::io(shown, "duplicate the descriptor", e))?,
+    )
+    .metadata()
+    .map_err(|e| Error::io(shown, "stat", e))?;
+    if opened.id != (theirs.dev(), theirs.ino()) {
+        return Err(Error::io(
+            shown,
+            "open the descriptor's file",
+            std::io::Error::other("reopened a different file"),
+        ));
+    }
+    Ok(opened)
 }
 
 /// The lock file's kind as [`FdMode`] asks for it.
@@ -68,33 +106,133 @@ fn kind_of(mode: FdMode) -> RecordKind {
     }
 }
 
-/// The participant entry whose beacon `fd`'s open file description holds, if any: held by some
-/// description other than `probe`'s, by none other than `fd`'s, and marked [`FD_FORM`].
-fn entry_of(fd: BorrowedFd<'_>, opened: &Opened, shown: &Path) -> Result<Option<u32>> {
+/// A random non-zero nonce (no dependency for randomness: the time, the thread, a counter,
+/// mixed; nonces only need to differ between the grants of one file).
+fn nonce() -> u32 {
+    static COUNTER: StdAtomicU64 = StdAtomicU64::new(0);
+    let mut x = crate::sys::clock::monotonic_ns()
+        ^ (u64::from(std::process::id()) << 32)
+        ^ (u64::from(crate::sys::thread::current_tid()) << 16)
+        ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Relaxed);
+    // splitmix64's finaliser.
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    (x as u32).max(1)
+}
+
+/// Whether `fd`'s description holds nonce byte `n`: no other description does (asked through
+/// `fd`), and then somebody does (asked through `probe`, a description of our own).
+fn holds_nonce(fd: BorrowedFd<'_>, probe: &std::fs::File, n: u32) -> std::io::Result<bool> {
+    let byte = NONCE_BASE + u64::from(n);
+    Ok(!ofd::is_held(fd, byte)? && ofd::is_held(probe.as_fd(), byte)?)
+}
+
+/// The participant entry `fd`'s description holds, with its nonce, if any.
+fn entry_of(fd: BorrowedFd<'_>, opened: &Opened, shown: &Path) -> Result<Option<(u32, u32)>> {
     let st = opened.mapping.state();
-    let probe = |r: std::io::Result<bool>| r.map_err(|e| Error::io(shown, "probe beacons", e));
     for i in 0..st.participant_count() {
-        let marked = st
-            .participant(i)
-            // Relaxed: written by the entry's claimer; re-checked against the beacons.
-            .is_some_and(|p| p.marker.load(Relaxed) == FD_FORM);
-        if marked
-            && probe(ofd::is_held(opened.file.as_fd(), u64::from(i)))?
-            && !probe(ofd::is_held(fd, u64::from(i)))?
+        // Relaxed: the beacons decide; this only says which nonce byte to ask about.
+        let n = st.participant(i).map_or(0, |p| p.marker.load(Relaxed));
+        if n != 0
+            && holds_nonce(fd, &opened.file, n).map_err(|e| Error::io(shown, "probe beacons", e))?
         {
-            return Ok(Some(i));
+            return Ok(Some((i, n)));
         }
     }
     Ok(None)
 }
 
-/// Gives entry `i`'s beacon, taken through `fd`, back.
-fn give_back(fd: BorrowedFd<'_>, entry: Option<&Participant>, i: u32) {
-    if let Some(p) = entry {
-        // Relaxed: as in `entry_of`.
-        p.marker.store(0, Relaxed);
+/// The unfinished ticket of participant `i` (a waiter's, a grantee's or a holder's), if any.
+fn ticket_of(st: &LockState<'_>, i: u32) -> Option<(u64, Word)> {
+    // Relaxed: a ticket number only (`ticket_of` places the word's lap below it).
+    let next = st.header().next_ticket.load(Relaxed);
+    (0..st.slot_count()).find_map(|s| {
+        // Acquire: the word's writer's (a claim's, a grant's) stores before it.
+        let w = Word(st.slot(s).word.load(Acquire));
+        let live = matches!(
+            w.state(),
+            Some(State::Waiting | State::Sleeping | State::Granted | State::Held)
+        );
+        (live && w.participant() == i).then(|| {
+            let t = core::weighted::ticket_of(w.lap(), s, st.slot_shift(), next);
+            (t, w)
+        })
+    })
+}
+
+/// Claims a participant entry for `fd`'s description (see the module notes): returns it, its
+/// beacon and nonce bytes held through `fd`.
+fn claim(fd: BorrowedFd<'_>, opened: &Opened, shown: &Path) -> Result<(u32, u32)> {
+    let io = |e| Error::io(shown, "claim beacon", e);
+    let st = opened.mapping.state();
+    let probe = &opened.file;
+    let mut n = nonce();
+    while !ofd::try_claim(fd, NONCE_BASE + u64::from(n)).map_err(io)? {
+        n = nonce(); // another grant's: draw again
+    }
+    let count = st.participant_count();
+    let start = std::process::id() % count;
+    for k in 0..count {
+        let i = (start + k) % count;
+        let Some(entry) = st.participant(i) else {
+            break;
+        };
+        if ofd::is_held(probe.as_fd(), u64::from(i)).map_err(io)?
+            || !ofd::try_claim(fd, u64::from(i)).map_err(io)?
+        {
+            continue;
+        }
+        // Relaxed: the nonce bytes decide whose it is.
+        let old = entry.marker.load(Relaxed);
+        if old != 0 && ofd::is_held(probe.as_fd(), NONCE_BASE + u64::from(old)).map_err(io)? {
+            continue; // another locker of this description took it a moment ago: its own
+        }
+        // SeqCst: one of two lockers of one description wins the entry.
+        if entry
+            .marker
+            .compare_exchange(old, n, SeqCst, Relaxed)
+            .is_ok()
+        {
+            note_claim(entry, std::process::id());
+            // Informational (status): the process that asked — the shell holding `fd` —
+            // rather than this one, which may exit at once.
+            // SAFETY: getppid has no preconditions.
+            entry.pid.store(unsafe { libc::getppid() } as u32, Relaxed);
+            return Ok((i, n));
+        }
+    }
+    let _ = ofd::unlock_beacon(fd, NONCE_BASE + u64::from(n));
+    Err(Error::TooManyParticipants {
+        path: shown.to_path_buf(),
+        capacity: count,
+    })
+}
+
+/// Gives entry `i` (nonce `n`), held through `fd`, back.
+fn give_back(fd: BorrowedFd<'_>, st: &LockState<'_>, i: u32, n: u32) {
+    if let Some(p) = st.participant(i) {
+        // Relaxed: as in `claim`.
+        let _ = p.marker.compare_exchange(n, 0, Relaxed, Relaxed);
     }
     let _ = ofd::unlock_beacon(fd, u64::from(i));
+    let _ = ofd::unlock_beacon(fd, NONCE_BASE + u64::from(n));
+}
+
+/// Gives the entry back when dropped, unless disarmed: on every early return and while
+/// unwinding (a caller's `stop` hook that panics).
+struct Claimed<'a> {
+    fd: BorrowedFd<'a>,
+    view: Arc<Shared>,
+    entry: Option<(u32, u32)>,
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        if let Some((i, n)) = self.entry {
+            give_back(self.fd, &self.view.state(), i, n);
+        }
+    }
 }
 
 impl OpenOptions {
@@ -110,9 +248,10 @@ impl OpenOptions {
     /// `inspect` shows it) is this process's parent's: the shell that keeps the descriptor.
     ///
     /// # Errors
-    /// [`Error::WouldDeadlock`] if `fd`'s description already holds a grant of the file;
-    /// [`Error::InvalidOption`] for a descriptor open read-only or a name; as
-    /// [`OpenOptions::open`] and [`FairLock::lock`] otherwise.
+    /// [`Error::WouldDeadlock`] if `fd`'s description already holds (or waits for) a grant of
+    /// the file, or held one that was taken over and has not been given up with [`unlock_fd`]
+    /// (which reports the loss); [`Error::InvalidOption`] for a descriptor open read-only, a name, or a permit
+    /// count out of range; as [`OpenOptions::open`] and [`FairLock::lock`] otherwise.
     pub fn lock_for_fd(
         &self,
         fd: BorrowedFd<'_>,
@@ -137,39 +276,50 @@ impl OpenOptions {
                 what: "a lock held for a descriptor is the lock of a file of one lock, not a named one".into(),
             });
         }
+        if let FdMode::Permit(n) = mode
+            && !(1..=MAX_PERMITS).contains(&n)
+        {
+            return Err(Error::InvalidOption {
+                what: format!("a semaphore of {n} permits: must be 1..={MAX_PERMITS}"),
+            });
+        }
         let mut create = self.create_options();
         create.kind = kind_of(mode);
-        if let RecordKind {
-            kind: Kind::Semaphore,
-            permits,
-        } = create.kind
-        {
-            create.slots = create.slots.max(RecordKind::semaphore(permits).min_slots());
-        }
-        let opened = open_lock_file(&proc, &create).map_err(|e| e.with_path(&shown))?;
+        create.slots = create.slots.max(create.kind.min_slots());
+        let opened = open_for(fd, &proc, &shown, &create)?;
+        // Held, waited for, or lost to a takeover and not unlocked yet (`unlock_fd` reports the
+        // loss and frees it). Never freed here: it may be another locker's of this
+        // description, between its claim and its ticket (review finding).
         if entry_of(fd, &opened, &shown)?.is_some() {
             return Err(Error::WouldDeadlock { path: shown });
         }
-        let beacon = Arc::new(dup_beacon(fd, &shown)?);
-        let i = register(beacon.file(), &opened.mapping, &shown)?;
-        if let Some(p) = opened.mapping.state().participant(i) {
-            // Relaxed: read by `entry_of`, which checks the beacons too.
-            p.marker.store(FD_FORM, Relaxed);
-            // Informational (status): the process that asked — the shell holding `fd` — rather
-            // than this one, which may exit at once.
-            // SAFETY: getppid has no preconditions.
-            p.pid.store(unsafe { libc::getppid() } as u32, Relaxed);
-        }
+        let (i, n) = claim(fd, &opened, &shown)?;
+        // The view's "beacon" descriptor is a description of its own, holding nothing: the
+        // entry's beacon is `fd`'s. Liveness is probed through it, so that entries `fd`'s
+        // description holds besides ours (another locker of it, this process's own beacon if
+        // `fd` is one) read as alive: probed through `fd` they read as dead, and a waiter
+        // revoked them (review finding).
+        let beacon = match open_beacon(&opened.file, opened.id, &shown) {
+            Ok(b) => Arc::new(b),
+            Err(e) => {
+                give_back(fd, &opened.mapping.state(), i, n);
+                return Err(e);
+            }
+        };
         let shared = Shared::new(&shown, beacon, opened.mapping, i, None);
         core::clean_up_participant(&shared.state(), &shared.platform(), i);
-        let view = shared.clone();
+        let mut claimed = Claimed {
+            fd,
+            view: shared.clone(),
+            entry: Some((i, n)),
+        };
         let lock = FairLock::with_view(shared, self, create, None);
         let grant = |g: crate::LockGuard<'_>| {
+            g.stamp_time(); // so that `fairlock status` can show "held for"
             let r = FdGrant {
                 token: g.token(),
                 owner_died: g.owner_died(),
             };
-            g.stamp_time(); // so that `fairlock status` can show "held for"
             // Held on: for the description, not for this handle.
             std::mem::forget(g);
             r
@@ -192,8 +342,8 @@ impl OpenOptions {
                 .map(|g| g.into_inner())
                 .map(grant),
         };
-        if r.is_err() {
-            give_back(fd, view.state().participant(i), i);
+        if r.is_ok() {
+            claimed.entry = None; // the description keeps it
         }
         r
     }
@@ -201,13 +351,18 @@ impl OpenOptions {
 
 /// Releases the grant `fd`'s open file description holds (taken with
 /// [`OpenOptions::lock_for_fd`]): `fairlock unlock FD`. `Ok(None)` if it holds none (never
-/// took one, or its taker was killed while still waiting: its place in line is given up).
+/// took one, the file was never initialised, or its taker was killed while still waiting: its
+/// place in line is given up).
 ///
 /// # Errors
-/// [`Error::LockLost`] if its lease ran out and the lock was taken over; as
-/// [`crate::inspect`] for the file.
+/// [`Error::LockLost`] if its grant is gone (its lease ran out and the lock was taken over);
+/// as [`crate::inspect`] for the file.
 pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
     let (proc, shown) = paths(fd);
+    let empty = std::fs::metadata(&proc).is_ok_and(|m| m.len() == 0);
+    if empty {
+        return Ok(None); // never initialised: nobody ever locked it (as `flock -u`)
+    }
     let kind = open_read_only(&proc)
         .map_err(|e| e.with_path(&shown))?
         .geometry()
@@ -215,23 +370,13 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
     let mut create = OpenOptions::default().create_options();
     create.create = false;
     create.kind = kind;
-    let opened = open_lock_file(&proc, &create).map_err(|e| e.with_path(&shown))?;
-    let Some(i) = entry_of(fd, &opened, &shown)? else {
+    let opened = open_for(fd, &proc, &shown, &create)?;
+    let Some((i, n)) = entry_of(fd, &opened, &shown)? else {
         return Ok(None);
     };
     let st = opened.mapping.state();
-    let held = (0..st.slot_count()).find_map(|s| {
-        // Acquire: the holder's claim of its grant.
-        let w = Word(st.slot(s).word.load(Acquire));
-        let ticket = core::weighted::ticket_of(w.lap(), s, st.slot_shift(), {
-            // Relaxed: a ticket number only, bounded below by the word's lap.
-            st.header().next_ticket.load(Relaxed)
-        });
-        (w.state() == Some(State::Held) && w.participant() == i).then_some((ticket, w))
-    });
-    let result = match held {
-        None => Ok(None),
-        Some((ticket, w)) => {
+    let result = match ticket_of(&st, i) {
+        Some((ticket, w)) if w.state() == Some(State::Held) => {
             let lease_lock = Mutex::new(());
             let platform = SysPlatform {
                 file: &opened.file,
@@ -252,9 +397,17 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
                         owner_died: w.died(),
                     })
                 })
-                .map_err(|_| Error::LockLost { path: shown })
+                .map_err(|_| Error::LockLost {
+                    path: shown.clone(),
+                })
         }
+        // A place in line whose taker was killed while waiting: given up below.
+        Some(_) => Ok(None),
+        // The grant `lock_for_fd` returned is gone: taken over.
+        None => Err(Error::LockLost {
+            path: shown.clone(),
+        }),
     };
-    give_back(fd, st.participant(i), i);
+    give_back(fd, &st, i, n);
     result
 }

@@ -288,32 +288,6 @@ pub(crate) fn open_beacon(file: &File, id: (u64, u64), path: &Path) -> Result<Be
     Ok(beacon)
 }
 
-/// A beacon descriptor sharing `fd`'s open file description (a duplicate: beacons taken
-/// through it belong to that description, and live as long as any descriptor of it is open),
-/// registered with the fork handler.
-pub(crate) fn dup_beacon(fd: std::os::fd::BorrowedFd<'_>, path: &Path) -> Result<Beacon> {
-    use std::os::fd::FromRawFd;
-    let fork = ForkGuard::lock();
-    // SAFETY: F_DUPFD_CLOEXEC on a descriptor valid for the borrow; no pointers involved.
-    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return Err(Error::io(
-            path,
-            "duplicate the descriptor",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: `dup` is a new descriptor owned by nothing else.
-    let f = unsafe { File::from_raw_fd(dup) };
-    if !thread::register_beacon_fd(&fork, f.as_raw_fd()) {
-        return Err(Error::TooManyOpenFiles {
-            path: path.to_path_buf(),
-            capacity: thread::MAX_BEACONS,
-        });
-    }
-    Ok(Beacon(Some(f)))
-}
-
 /// Claims a free participant entry: the first whose beacon we can lock, starting at a spot
 /// derived from our pid so that concurrent openers rarely collide. (A file of one lock: no lock
 /// of this beacon descriptor's open file description is on the file yet.) The entry's `owner`

@@ -70,14 +70,21 @@ fn open_error(path: &Path, e: io::Error) -> Error {
     }
 }
 
-/// `O_NOFOLLOW`, except for `/proc/self/fd/N`: that "link" names a file this process has open
-/// (a lock held for a descriptor, `fd_form.rs`), and following it reaches exactly that file.
+/// `O_NOFOLLOW`, except for exactly `/proc/self/fd/N` or `/proc/thread-self/fd/N` (N digits,
+/// nothing after): that "link" names a file this process has open (a lock held for a
+/// descriptor, `fd_form.rs`, which then checks it is the descriptor's file), and following it
+/// reaches exactly that file. Any longer path under it (`/proc/self/fd/DIRFD/name`) is an
+/// ordinary path whose last component must not be a link (review finding).
 fn nofollow(path: &Path) -> libc::c_int {
-    if path.starts_with("/proc/self/fd/") {
-        0
-    } else {
-        libc::O_NOFOLLOW
-    }
+    let magic = path.to_str().is_some_and(|p| {
+        ["/proc/self/fd/", "/proc/thread-self/fd/"]
+            .iter()
+            .any(|prefix| {
+                p.strip_prefix(prefix)
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            })
+    });
+    if magic { 0 } else { libc::O_NOFOLLOW }
 }
 
 /// Opens the file for the lock (read-write), or for inspection (`read_only`).
