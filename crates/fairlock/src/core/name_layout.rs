@@ -18,12 +18,12 @@
 //! **Beacons.** A process has one beacon per file, not one per name: the kernel keeps a
 //! file's OFD locks in one list, which every lock operation walks, so 10,000 names each with
 //! its own beacon byte made every open and every liveness probe cost up to 200 µs (measured).
-//! Instead a record's participant entry `i` names its owner in [`Participant::owner`]: the
+//! Instead a record's participant entry `i` names its owner in [`Participant::claim`]: the
 //! file-wide entry `j` of the owning process and the generation of `j`'s claim
 //! ([`owner_word`]). The owner is alive while beacon `j` is held *and* entry `j`'s generation
 //! is still the one recorded (a later process claiming `j` bumps it).
 //!
-//! [`Participant::owner`]: crate::core::layout::Participant::owner
+//! [`Participant::claim`]: crate::core::layout::Participant::claim
 //!
 //! `docs/FILE_FORMAT.md` is the contract; the assertions at the bottom keep the two in step.
 
