@@ -12,6 +12,7 @@
 //! (`--worker ...`) for the multi-process scenarios and the crash-recovery trials.
 
 mod competitors;
+mod names;
 mod shared_kinds;
 mod util;
 
@@ -208,6 +209,9 @@ fn main() {
     }
     if run("semaphore") {
         shared_kinds::semaphore(&ctx);
+    }
+    if run("names") {
+        names::names(&ctx);
     }
     println!("_Total run time: {:.1} s._", (now_ns() - t0) as f64 / 1e9);
     let _ = std::fs::remove_dir_all(&ctx.dir);

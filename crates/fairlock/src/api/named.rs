@@ -2,10 +2,13 @@
 //! participant entry of it, and make the view. The table's algorithm is
 //! [`crate::core::names`]; this adds the names lock, the beacons and the per-process cache.
 //!
-//! One [`NamesFile`] per process and file: the mapping (once, however many names are open)
-//! and the beacon descriptor, on which every open name holds one byte.
+//! One [`NamesFile`] per process and file: the mapping (once, however many names are open),
+//! the beacon descriptor and the process's file-wide participant entry, whose owner word every
+//! name's entry of ours carries. The eight most recently used stay open after their last name
+//! is closed.
 
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -111,11 +114,66 @@ type NamesEntry = ((u64, u64), u64, Weak<NamesFile>);
 /// Locked only under the fork lock (as the table of open files, for the same reason).
 static NAMES_FILES: Mutex<Vec<NamesEntry>> = Mutex::new(Vec::new());
 
+/// Files of named locks kept open after their last name was closed (the most recently used
+/// first), with the fork generation they belong to, so that a service opening a name per
+/// request does not open, validate and map the file and claim an entry each time (measured:
+/// `lockbench names`). Locked only under the fork lock; never dropped inside it (a view's
+/// beacon takes the fork lock when it closes).
+static RECENT: Mutex<Vec<(u64, Arc<NamesFile>)>> = Mutex::new(Vec::new());
+/// How many files of named locks a process keeps open that way.
+const RECENT_FILES: usize = 8;
+
+/// Puts `nf` first among the recently used files; returns what falls off (to be dropped by the
+/// caller, outside the fork lock).
+fn remember(nf: &Arc<NamesFile>, generation: u64) -> Vec<(u64, Arc<NamesFile>)> {
+    let _fork = ForkGuard::lock();
+    let mut recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    // A forked child's inherited entries are its parent's: let them go (moved out, dropped by
+    // the caller).
+    let (mut keep, mut gone): (Vec<_>, Vec<_>) =
+        recent.drain(..).partition(|(g, _)| *g == generation);
+    match keep.iter().position(|(_, f)| Arc::ptr_eq(f, nf)) {
+        Some(at) => keep[..=at].rotate_right(1),
+        None => keep.insert(0, (generation, nf.clone())),
+    }
+    if keep.len() > RECENT_FILES {
+        gone.extend(keep.drain(RECENT_FILES..));
+    }
+    *recent = keep;
+    gone
+}
+
 /// This process's view of the file of named locks at `path`, opened (or created) now if no
 /// name of it is open.
 fn names_file(path: &Path, o: &CreateOptions) -> Result<Arc<NamesFile>> {
-    let opened = open_names_file(path, o)?;
+    let nf = names_file_uncached(path, o)?;
+    drop(remember(&nf, thread::fork_generation()));
+    Ok(nf)
+}
+
+/// [`names_file`] without the recently-used list: the view this process has of the file at
+/// `path` (found by its device and inode, with one `stat`), or a new one.
+fn names_file_uncached(path: &Path, o: &CreateOptions) -> Result<Arc<NamesFile>> {
     let generation = thread::fork_generation();
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && meta.file_type().is_file()
+    {
+        let id = (meta.dev(), meta.ino());
+        let found = {
+            let _fork = ForkGuard::lock();
+            let files = NAMES_FILES.lock().unwrap_or_else(|e| e.into_inner());
+            files
+                .iter()
+                .find(|(i, g, _)| *i == id && *g == generation)
+                .and_then(|(_, _, w)| w.upgrade())
+        };
+        if let Some(nf) = found {
+            // Validated when it was opened; a named `FairMutex<T>` still checks its `T`.
+            crate::file::check_names_data(path, o, nf.map.geometry())?;
+            return Ok(nf);
+        }
+    }
+    let opened = open_names_file(path, o)?;
     let lookup = |files: &mut Vec<NamesEntry>| {
         files.retain(|(_, _, w)| w.strong_count() > 0);
         files

@@ -8,7 +8,7 @@ mod readonly;
 mod validate;
 
 pub use mapping::Mapping;
-pub use names::{NamesMap, open_names_file};
+pub use names::{NamesMap, check_data as check_names_data, open_names_file};
 pub use open::{CreateOptions, Opened, open_lock_file, open_read_only};
 pub use readonly::ReadOnlyView;
 pub use validate::{Verdict, validate_header};

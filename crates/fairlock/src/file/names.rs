@@ -260,7 +260,7 @@ fn refusal(path: &Path, v: Verdict) -> Error {
 
 /// A named `FairMutex<T>` needs the file's records to have exactly its data area; other
 /// kinds ignore it.
-fn check_data(path: &Path, o: &CreateOptions, g: NamesGeometry) -> Result<()> {
+pub fn check_data(path: &Path, o: &CreateOptions, g: NamesGeometry) -> Result<()> {
     if o.data_type.is_empty() || g.record.data == o.data {
         Ok(())
     } else {
