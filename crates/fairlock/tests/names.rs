@@ -604,3 +604,38 @@ fn a_file_of_names_from_another_boot_keeps_its_names_tokens_and_values() {
         .unwrap();
     assert_eq!(*m.lock().unwrap(), 41, "a named FairMutex keeps its value");
 }
+
+#[test]
+fn a_recently_used_file_of_names_still_checks_what_it_is_opened_as() {
+    // The process keeps the file open after its last name is closed (found again by one
+    // `stat`): a FairMutex of another type, and a lock without a name, are still refused.
+    let dir = TempDir::new("names-recent");
+    let path = dir.join("mutexes.lock");
+    let m = FairLock::options()
+        .name("a")
+        .open_mutex::<u64>(&path)
+        .unwrap();
+    *m.lock().unwrap() = 9;
+    drop(m);
+    assert!(matches!(
+        FairLock::options().name("a").open_mutex::<u32>(&path),
+        Err(Error::DataMismatch { .. })
+    ));
+    assert!(matches!(
+        FairLock::open(&path),
+        Err(Error::KindMismatch { .. })
+    ));
+    let again = FairLock::options()
+        .name("a")
+        .open_mutex::<u64>(&path)
+        .unwrap();
+    assert_eq!(*again.lock().unwrap(), 9);
+    // A file replaced at the same path is a new file, not the one kept open.
+    drop(again);
+    std::fs::remove_file(&path).unwrap();
+    let fresh = FairLock::options()
+        .name("a")
+        .open_mutex::<u64>(&path)
+        .unwrap();
+    assert_eq!(*fresh.lock().unwrap(), 0);
+}
