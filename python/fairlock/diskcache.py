@@ -104,17 +104,43 @@ def _wait(lock, blocking: bool, timeout: Optional[float]) -> Optional[bool]:
     return lock.acquire(blocking, timeout)
 
 
-class Lock:
+class _Recipe:
+    """What the recipes share: ``acquire`` with diskcache's return (``None``) unless asked
+    otherwise, the grant's ``token`` and ``owner_died``, and ``with``."""
+
+    _lock: Any
+
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None):
+        """Waits in line (``None``, as diskcache's; with ``blocking=False`` or a ``timeout``,
+        whether it was acquired)."""
+        return _wait(self._lock, blocking, timeout)
+
+    def release(self):
+        raise NotImplementedError
+
+    @property
+    def token(self) -> int:
+        """The fencing token of the grant (of this thread; of a semaphore, its last permit)."""
+        return self._lock.token
+
+    @property
+    def owner_died(self) -> bool:
+        """Whether a holder before that grant died or was taken over instead of releasing."""
+        return self._lock.owner_died
+
+    def __enter__(self):
+        self.acquire()
+
+    def __exit__(self, *exc_info):
+        self.release()
+
+
+class Lock(_Recipe):
     """A fair, crash-safe ``diskcache.Lock``: ``Lock(cache, key, expire=None, tag=None)``."""
 
     def __init__(self, cache, key, expire=None, tag=None):
         self._lock = _Lock(lock_file(cache), name=lock_name(key), lease=expire)
         self._key = key
-
-    def acquire(self, blocking: bool = True, timeout: Optional[float] = None):
-        """Waits in line for the lock (``None``, as diskcache's; with ``blocking=False`` or
-        a ``timeout``, whether it was acquired)."""
-        return _wait(self._lock, blocking, timeout)
 
     def release(self):
         """Releases the lock (``RuntimeError`` if this thread does not hold it;
@@ -125,33 +151,13 @@ class Lock:
         """Whether anyone holds the lock."""
         return self._lock.locked()
 
-    @property
-    def token(self) -> int:
-        """The fencing token of this thread's grant."""
-        return self._lock.token
 
-    @property
-    def owner_died(self) -> bool:
-        """Whether the holder before this thread's grant died or was taken over."""
-        return self._lock.owner_died
-
-    def __enter__(self):
-        self.acquire()
-
-    def __exit__(self, *exc_info):
-        self.release()
-
-
-class RLock:
+class RLock(_Recipe):
     """A fair, crash-safe ``diskcache.RLock``: re-entrant per process and thread."""
 
     def __init__(self, cache, key, expire=None, tag=None):
         self._lock = _RLock(lock_file(cache), name=lock_name(key), lease=expire)
         self._key = key
-
-    def acquire(self, blocking: bool = True, timeout: Optional[float] = None):
-        """Waits in line for the lock, or enters it again (as ``Lock.acquire``)."""
-        return _wait(self._lock, blocking, timeout)
 
     def release(self):
         """Leaves one level; ``AssertionError('cannot release un-acquired lock')`` if this
@@ -163,59 +169,23 @@ class RLock:
                 raise AssertionError("cannot release un-acquired lock") from None
             raise
 
-    @property
-    def token(self) -> int:
-        """The fencing token of this thread's grant."""
-        return self._lock.token
-
-    @property
-    def owner_died(self) -> bool:
-        """Whether the holder before this thread's grant died or was taken over."""
-        return self._lock.owner_died
-
-    def __enter__(self):
-        self.acquire()
-
-    def __exit__(self, *exc_info):
-        self.release()
-
 
 #: The seed's name for the fair re-entrant lock (``FairRLock(cache, key, expire=None)``).
 FairRLock = RLock
 
 
-class BoundedSemaphore:
+class BoundedSemaphore(_Recipe):
     """A fair, crash-safe ``diskcache.BoundedSemaphore``:
     ``BoundedSemaphore(cache, key, value=1, expire=None, tag=None)``. Every user of the key
     must give the same ``value``."""
 
     def __init__(self, cache, key, value=1, expire=None, tag=None):
-        self._sem = _Semaphore(lock_file(cache), value, name=lock_name(key), lease=expire)
+        self._lock = _Semaphore(lock_file(cache), value, name=lock_name(key), lease=expire)
         self._key = key
-
-    def acquire(self, blocking: bool = True, timeout: Optional[float] = None):
-        """Waits in line for a permit (as ``Lock.acquire``)."""
-        return _wait(self._sem, blocking, timeout)
 
     def release(self):
         """Gives one of this object's permits back; ``AssertionError('cannot release
         un-acquired semaphore')`` if it holds none."""
-        if self._sem.held == 0:
+        if self._lock.held == 0:
             raise AssertionError("cannot release un-acquired semaphore")
-        self._sem.release()
-
-    @property
-    def token(self) -> int:
-        """The fencing token of the last permit this object acquired."""
-        return self._sem.token
-
-    @property
-    def owner_died(self) -> bool:
-        """Whether the last permit was told that a holder before it died."""
-        return self._sem.owner_died
-
-    def __enter__(self):
-        self.acquire()
-
-    def __exit__(self, *exc_info):
-        self.release()
+        self._lock.release()

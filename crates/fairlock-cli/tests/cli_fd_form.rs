@@ -3,49 +3,15 @@
 //! `fairlock unlock` or when the shell dies (the next waiter told), keeps arrival order with
 //! `fairlock run` waiters, and a waiter interrupted by Ctrl-C gives its place up.
 
+mod bash;
 #[path = "../../fairlock/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use bash::{sh, spawn, text};
 use common::{TempDir, wait_until};
-
-const BIN: &str = env!("CARGO_BIN_EXE_fairlock");
-
-fn sh(dir: &Path, script: &str) -> Output {
-    Command::new("/bin/bash")
-        .arg("-c")
-        .arg(script)
-        .env("FL", BIN)
-        .env("D", dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run bash")
-}
-
-fn spawn(dir: &Path, script: &str) -> Child {
-    Command::new("/bin/bash")
-        .arg("-c")
-        .arg(script)
-        .env("FL", BIN)
-        .env("D", dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn bash")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn status(dir: &Path) -> fairlock::Status {
     fairlock::inspect(dir.join("jobs.lock")).expect("inspect")

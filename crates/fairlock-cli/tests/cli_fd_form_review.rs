@@ -1,35 +1,12 @@
 //! Adversarial review of `fairlock lock FD` / `fairlock unlock FD` (docs/CLI.md, "the
 //! descriptor form"). Each test failed on the code it was written against (see the report).
 
+mod bash;
 #[path = "../../fairlock/tests/common/mod.rs"]
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
+use bash::{sh, text};
 use common::TempDir;
-
-const BIN: &str = env!("CARGO_BIN_EXE_fairlock");
-
-fn sh(dir: &Path, script: &str) -> Output {
-    Command::new("/bin/bash")
-        .arg("-c")
-        .arg(script)
-        .env("FL", BIN)
-        .env("D", dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run bash")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// docs/CLI.md: "`fairlock unlock FD` ... 69 if the lock was lost (its `--lease` ran out and
 /// the next waiter took over)". After a takeover the grant's word is `Revoked`, `unlock_fd`

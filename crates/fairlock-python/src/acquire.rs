@@ -174,10 +174,31 @@ enum Waited {
 /// Takes a ticket and waits for it with the GIL released; the grant goes into the calling
 /// thread's table (inside the closure, which runs on this thread: the guard is not `Send`).
 fn wait_in_line(py: Python<'_>, handle: &Arc<Handle>, deadline: Option<Instant>) -> PyResult<bool> {
+    wait_with_signals(
+        py,
+        |stop| handle.lock_interruptible(deadline, stop),
+        |guard| held::insert(handle, guard, 1),
+        |guard| {
+            let _ = guard.unlock();
+        },
+    )
+}
+
+/// Runs `wait` (a library wait that takes a stop hook) with the GIL released: on the main
+/// thread the hook runs Python's signal handlers, and one that raises (`KeyboardInterrupt`)
+/// stops the wait, whose exception is then raised. A grant goes to `keep`, on this thread;
+/// one that won the race against the interruption goes to `give_back` at once. `Ok(false)`:
+/// timed out.
+pub(crate) fn wait_with_signals<G>(
+    py: Python<'_>,
+    wait: impl FnOnce(&mut dyn FnMut() -> bool) -> fairlock::Result<G> + Send,
+    keep: impl FnOnce(G) + Send,
+    give_back: impl FnOnce(G) + Send,
+) -> PyResult<bool> {
     let main = is_main_thread(py)?;
     let mut raised: Option<PyErr> = None;
     let waited = py.detach(|| {
-        let stop = || {
+        let mut stop = || {
             main && Python::attach(|py| match py.check_signals() {
                 Ok(()) => false,
                 Err(e) => {
@@ -186,14 +207,13 @@ fn wait_in_line(py: Python<'_>, handle: &Arc<Handle>, deadline: Option<Instant>)
                 }
             })
         };
-        match handle.lock_interruptible(deadline, stop) {
-            Ok(guard) if raised.is_some() => {
-                // The grant won the race against the interruption: hand it on at once.
-                let _ = guard.unlock();
+        match wait(&mut stop) {
+            Ok(grant) if raised.is_some() => {
+                give_back(grant);
                 Waited::Interrupted
             }
-            Ok(guard) => {
-                held::insert(handle, guard, 1);
+            Ok(grant) => {
+                keep(grant);
                 Waited::Granted
             }
             Err(Error::Timeout { .. }) => Waited::TimedOut,

@@ -74,7 +74,7 @@ pub(crate) fn open_rw(
 ///
 /// # Errors
 /// `TypeError` for anything else.
-fn name_of(name: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+pub(crate) fn name_of(name: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
     match name {
         Some(n) if !n.is_none() => n.extract::<String>().map(Some).map_err(|_| {
             PyTypeError::new_err(format!(

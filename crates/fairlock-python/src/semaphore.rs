@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fairlock::{Error, FairLock, FairSemaphore, SemaphorePermit};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::acquire::is_main_thread;
+use crate::acquire::wait_with_signals;
 use crate::errors;
 use crate::held;
-use crate::lock_object::{LockPath, duration};
+use crate::lock_object::{LockPath, duration, name_of};
 
 /// A strictly fair counting semaphore shared by threads and processes through the lock file at
 /// ``path``: at most ``value`` holders at once, served in arrival order (a waiter is never
@@ -73,41 +73,14 @@ impl Semaphore {
     /// Waits in line with the GIL released; a signal handler that raises (Ctrl-C on the main
     /// thread) stops the wait and gives the place up.
     fn wait(&self, py: Python<'_>, deadline: Option<Instant>) -> PyResult<bool> {
-        let main = is_main_thread(py)?;
-        let mut raised: Option<PyErr> = None;
-        let r = py.detach(|| {
-            let stop = || {
-                main && Python::attach(|py| match py.check_signals() {
-                    Ok(()) => false,
-                    Err(e) => {
-                        raised = Some(e);
-                        true
-                    }
-                })
-            };
-            let r = self.sem.acquire_interruptible(deadline, stop);
-            match r {
-                Ok(p) if raised.is_some() => {
-                    let _ = p.unlock(); // the grant raced the interruption: hand it on
-                    Err(Error::Interrupted {
-                        path: self.sem.path().to_path_buf(),
-                    })
-                }
-                Ok(p) => {
-                    self.keep(p);
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            }
-        });
-        match r {
-            Ok(()) => Ok(true),
-            Err(Error::Timeout { .. }) => Ok(false),
-            Err(Error::Interrupted { .. }) => Err(raised.unwrap_or_else(|| {
-                PyRuntimeError::new_err("fairlock: waiting was interrupted without an exception")
-            })),
-            Err(e) => Err(errors::to_py(py, e)),
-        }
+        wait_with_signals(
+            py,
+            |stop| self.sem.acquire_interruptible(deadline, stop),
+            |permit| self.keep(permit),
+            |permit| {
+                let _ = permit.unlock();
+            },
+        )
     }
 }
 
@@ -130,12 +103,7 @@ impl Semaphore {
                     "semaphore initial value must be at least 1 (a semaphore shared through a file has its permits from the start), not {value}"
                 ))
             })?;
-        let name = match name {
-            Some(n) if !n.is_none() => Some(n.extract::<String>().map_err(|_| {
-                PyTypeError::new_err("name must be a str (a lock's name in a file of named locks)")
-            })?),
-            _ => None,
-        };
+        let name = name_of(name)?;
         let lease = lease.map(|s| duration("lease", s)).transpose()?;
         let LockPath(path) = path;
         let sem = py
