@@ -27,7 +27,7 @@ use std::cell::RefCell;
 fn a_reader_after_a_dead_reader_is_granted_and_told() {
     let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);
     let st = o.view();
-    let p = ModelPlatform::new(1_000); // 1 µs per clock reading
+    let p = ticking(); // 1 µs per clock reading (1 ms under Miri)
     let t = Tuning::default();
     let _r0 = lock(&st, &p, &me(1, true), None, &t).unwrap();
     let _r1 = lock(&st, &p, &me(2, true), None, &t).unwrap();
@@ -48,7 +48,7 @@ fn a_reader_after_a_dead_reader_is_granted_and_told() {
 fn a_semaphore_acquisition_on_a_dead_holders_slot_is_granted() {
     let o = OwnedState::of_kind(4, 8, RecordKind::semaphore(2));
     let st = o.view();
-    let p = ModelPlatform::new(1_000);
+    let p = ticking();
     let t = Tuning::default();
     let _a = lock(&st, &p, &me(1, true), None, &t).unwrap();
     p.set_dead(1, true);
@@ -78,7 +78,7 @@ fn a_semaphore_acquisition_on_a_dead_holders_slot_is_granted() {
 fn a_dead_readers_death_is_reported_to_some_later_grant() {
     let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);
     let st = o.view();
-    let p = ModelPlatform::new(1_000);
+    let p = ticking();
     let t = Tuning::default();
     let _r0 = lock(&st, &p, &me(1, true), None, &t).unwrap();
     let r1 = lock(&st, &p, &me(2, true), None, &t).unwrap();
@@ -102,7 +102,7 @@ fn a_dead_readers_death_is_reported_to_some_later_grant() {
 fn a_waiter_behind_an_unpublished_ticket_is_told_of_the_death_before_it() {
     let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);
     let st = o.view();
-    let p = ModelPlatform::new(1_000);
+    let p = ticking();
     let t = Tuning::default();
     let _r0 = lock(&st, &p, &me(1, true), None, &t).unwrap();
     let r1 = lock(&st, &p, &me(2, true), None, &t).unwrap();
@@ -133,7 +133,7 @@ fn a_waiter_behind_an_unpublished_ticket_is_told_of_the_death_before_it() {
 fn a_long_read_does_not_block_readers_n_tickets_later() {
     let o = OwnedState::of_kind(4, 8, RecordKind::RWLOCK);
     let st = o.view();
-    let p = ModelPlatform::new(1_000);
+    let p = ticking();
     let t = Tuning::default();
     let _long = lock(&st, &p, &me(1, true), None, &t).unwrap();
     for _ in 0..3 {
@@ -150,7 +150,7 @@ fn a_long_read_does_not_block_readers_n_tickets_later() {
 fn a_free_permit_is_granted_whatever_was_taken_n_tickets_ago() {
     let o = OwnedState::of_kind(4, 8, RecordKind::semaphore(2));
     let st = o.view();
-    let p = ModelPlatform::new(1_000);
+    let p = ticking();
     let t = Tuning::default();
     let _long = lock(&st, &p, &me(1, true), None, &t).unwrap();
     for _ in 0..3 {
@@ -310,7 +310,7 @@ fn every_reader_of_the_batch_after_a_dead_writer_is_told() {
 fn a_reader_after_a_dead_reader_without_a_deadline_is_granted() {
     use std::sync::Arc;
     let o = Arc::new(OwnedState::of_kind(2, 8, RecordKind::RWLOCK));
-    let p = Arc::new(ModelPlatform::new(1_000));
+    let p = Arc::new(ticking());
     let t = Tuning::default();
     let r1 = {
         let st = o.view();

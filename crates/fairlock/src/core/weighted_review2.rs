@@ -18,7 +18,7 @@ use crate::primitive::Ordering::Relaxed;
 fn review2_holds_already_finds_a_read_beyond_n_tickets_of_head() {
     let o = OwnedState::of_kind(4, 8, RecordKind::RWLOCK);
     let st = o.view();
-    let p = ModelPlatform::new(1_000);
+    let p = ticking();
     let t = Tuning::default();
     let _long = lock(&st, &p, &me(1, true), None, &t).unwrap(); // ticket 0
     for _ in 0..3 {
@@ -42,7 +42,7 @@ fn review2_holds_already_finds_a_read_beyond_n_tickets_of_head() {
 fn review2_try_read_after_a_retake_is_granted() {
     let o = OwnedState::of_kind(4, 8, RecordKind::RWLOCK);
     let st = o.view();
-    let p = ModelPlatform::new(1_000);
+    let p = ticking();
     let t = Tuning::default();
     let _long = lock(&st, &p, &me(1, true), None, &t).unwrap();
     for _ in 0..3 {
@@ -107,7 +107,7 @@ fn review2_five_frozen_leased_grantees_are_passed_over() {
 fn review2_a_free_permit_is_granted_next_to_seventeen_long_holders() {
     let o = OwnedState::of_kind(64, 8, RecordKind::semaphore(20));
     let st = o.view();
-    let p = ModelPlatform::new(1_000);
+    let p = ticking();
     let t = Tuning::default();
     for _ in 0..17 {
         lock(&st, &p, &me(1, true), None, &t).unwrap(); // tickets 0..16, held
@@ -130,7 +130,7 @@ fn review2_a_free_permit_is_granted_next_to_seventeen_long_holders() {
 fn review2_every_reader_of_the_batch_after_a_dead_writer_is_told() {
     let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
     let st = o.view();
-    let p = ModelPlatform::new(1_000);
+    let p = ticking();
     let t = Tuning::default();
     let _w = lock(&st, &p, &me(1, false), None, &t).unwrap();
     let r1 = me(2, true);

@@ -37,6 +37,13 @@ pub(super) fn state_of(st: &LockState<'_>, t: u64) -> Option<State> {
         .flatten()
 }
 
+/// A model clock that advances 1 µs per reading — 1 ms under Miri, where the tens of thousands
+/// of readings a wait for the grace (50 ms) takes ran for many minutes (model time only: what
+/// a test asserts about it is unchanged).
+pub(super) fn ticking() -> ModelPlatform {
+    ModelPlatform::new(if cfg!(miri) { 1_000_000 } else { 1_000 })
+}
+
 /// A deadline `ms` milliseconds of model time from now.
 pub(super) fn in_ms(p: &ModelPlatform, ms: u64) -> Option<u64> {
     Some(p.now_ns() + ms * 1_000_000)
