@@ -32,7 +32,8 @@ pub(crate) struct Shared {
     /// Never the one we mapped: a mapping keeps its open file description — and with it
     /// every OFD lock on it — alive for as long as the mapping exists, which includes the copy
     /// a forked child inherits. Our beacon must die with our process. Shared by the views of
-    /// a file's named locks (one beacon byte each).
+    /// a file's named locks (one beacon per process and file: the names' entries carry owner
+    /// words naming it).
     beacon: Arc<Beacon>,
     mapping: Mapping,
     /// Our participant index.

@@ -188,9 +188,10 @@ pub struct Participant {
     pub generation: AtomicU64,
     /// The claiming process's pid, in its own pid namespace (informational).
     pub pid: AtomicU32,
-    /// In a file of one lock: `u32::MAX` while the entry's beacon belongs to a descriptor's
-    /// open file description (a grant held for a descriptor: `api/fd_form.rs`), else 0.
-    /// Unused (zero) in a record of a file of named locks.
+    /// In a file of one lock: while the entry's beacon belongs to a descriptor's open file
+    /// description (a grant held for a descriptor: `api/fd_form.rs`), that grant's random
+    /// non-zero nonce, whose OFD byte the description also holds; else 0. Unused (zero) in a
+    /// record of a file of named locks.
     pub marker: AtomicU32,
     /// In a file of one lock: wall-clock seconds when the entry was claimed (informational).
     /// In a record of a file of named locks: the *owner word*
