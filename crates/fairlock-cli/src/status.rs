@@ -20,6 +20,8 @@ holder {ticket, token, state, pid, tid, alive, held_ms, lease_remaining_ms, owne
 shared} or null, kind (exclusive, rwlock or semaphore), permits (a semaphore's, else null),
 holders [every holder, as holder: readers and permit holders hold together], queue
 [{ticket, token, state, pid, tid, alive, waited_ms, shared}]; unknown values are null.
+A file of named locks prints {path, kind: names, names: [...]}, one such object per name,
+each starting with name (--name KEY: only that one).
 alive: false means the process is dead; the next acquire passes it over. shared: a reader
 or a permit (false for writers and exclusive locks).
 
