@@ -90,7 +90,7 @@ fuzz_target!(|data: &[u8]| {
             9 => p.set_dead(who, op & 64 != 0),
             10 => p.advance(b.u64().unwrap_or(0) % 10_000_000_000),
             _ => {
-                // Corrupt something: a slot word, a lease, head or next_ticket.
+                // Corrupt something: a slot word, a lease, head or the lock word.
                 let v = b.u64().unwrap_or(0);
                 let i = u64::from(op >> 4);
                 match (op >> 4) % 4 {
@@ -100,7 +100,7 @@ fuzz_target!(|data: &[u8]| {
                         if i & 1 == 0 {
                             st.header().head.store(v, Relaxed)
                         } else {
-                            st.header().next_ticket.store(v, Relaxed)
+                            st.header().word.store(v, Relaxed)
                         }
                     }
                 }

@@ -379,8 +379,11 @@ const CHAOS_POINTS: &[&str] = &[
     "release.done",
     "advance.granted",
     "advance.ready",
+    "advance.drained",
     "recover.revoked",
     "recover.skipped",
+    "fast.acquired",
+    "fast.unheld",
 ];
 
 /// Several chaos workers at a time, each dying at a random crash point (its `N`-th pass) or
@@ -601,8 +604,9 @@ const GROUPS: &[&[Doom]] = &[
 /// Rounds: the parent holds the lock; survivors and doomed workers arrive one at a time (the
 /// next only once the previous published itself or died); the parent releases. Survivors must
 /// be granted in arrival order (FIFO among survivors), with increasing tokens, and the witness
-/// must never see two holders. The last arrival of every round dies at `advance.ready` after
-/// releasing (it pre-granted the next, untaken ticket), and the parent's next lock claims it.
+/// must never see two holders. The last arrival of every round dies at `advance.drained` after
+/// releasing (its walk found nobody behind it and drained the queue), and the parent's next
+/// lock takes the lock from the word.
 #[test]
 fn fifo_among_survivors_with_crashes_at_every_step() {
     if let Some(r) = role() {
@@ -663,7 +667,7 @@ fn fifo_among_survivors_with_crashes_at_every_step() {
         }
         arrive(
             &mut env,
-            Some(doom("advance.ready", false, false, false)),
+            Some(doom("advance.drained", false, false, false)),
             &mut workers,
         );
         let released = Instant::now();
@@ -993,6 +997,10 @@ fn taker_stalled_past_the_grace_queues_again() {
         WORKER_ENTRY,
         128,
     );
+    // A taker stalls between taking its ticket and publishing it only when it queues: behind
+    // a holder (a free lock is taken from the word in one step).
+    let parent = FairLock::open(env.path()).expect("open");
+    let held = parent.lock().expect("lock");
     let mut slow = spawn_hold(
         &mut env,
         0,
@@ -1003,6 +1011,7 @@ fn taker_stalled_past_the_grace_queues_again() {
     wait_until(Duration::from_secs(20), "stop at ticket_taken", || {
         pid_stopped(slow.pid())
     });
+    drop(held);
     let arrived = Instant::now();
     let mut next = spawn_hold(&mut env, 1, 0, "release", &[]);
     let at = wait_granted(&shm, 1, Duration::from_secs(20));

@@ -98,10 +98,21 @@ fn run_worker(r: &str) {
                 g.unlock().expect("cycler unlock");
             }
         }
-        // Lock and unlock once (its crash point stops it inside the release).
+        // Lock, wait until someone queues behind, unlock (its crash point stops it inside the
+        // release, after it gave the lock word up and before it walked the queue).
         "once" => {
-            let lock = FairLock::open(common::env("FL_LOCK")).expect("open");
-            drop(lock.lock().expect("lock"));
+            let path = common::env("FL_LOCK");
+            let lock = FairLock::open(&path).expect("open");
+            let g = lock.lock().expect("lock");
+            shm.atomic(W_GRANTED).store(1, SeqCst);
+            while fairlock::inspect(&path)
+                .expect("inspect")
+                .waiters
+                .is_empty()
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(g);
         }
         // Many uncontended lock/unlock pairs.
         "burst" => {
@@ -185,7 +196,9 @@ fn a_paused_leased_claimer_never_holds_with_its_slots_next_user() {
 
 /// Bug 4. A releaser stopped between its pre-grant and (in the old code) its `head` store,
 /// resumed after more than 2^22 uncontended grants; then a holder dies. The next waiter must
-/// recover it however far behind `head` is.
+/// recover it however far behind `head` is. (With the lock word the releaser stops inside a
+/// fast release that found a waiter — `H` cleared, the walk not made — and the waiter takes
+/// the lock itself; the uncontended grants that follow leave `head` where it was.)
 #[test]
 fn a_dead_holder_is_recovered_however_far_behind_head_is() {
     if let Some(r) = role() {
@@ -197,11 +210,20 @@ fn a_dead_holder_is_recovered_however_far_behind_head_is() {
     let path = dir.join("lock");
     let lock = FairLock::open(&path).expect("open");
     let mut envs = base_env(&dir);
-    envs.push(("FAIRLOCK_CRASH", "advance.ready:stop".into()));
+    envs.push(("FAIRLOCK_CRASH", "fast.unheld:stop".into()));
     let mut stalled = Worker::spawn(dir.path(), test, "once", "stalled", &envs);
+    wait_until(Duration::from_secs(10), "the releaser's grant", || {
+        shm.atomic(W_GRANTED).load(SeqCst) == 1
+    });
+    shm.atomic(W_GRANTED).store(0, SeqCst);
+    let waited = lock
+        .lock_timeout(Duration::from_secs(10))
+        .expect("the waiter behind a stopped releaser walks itself");
+    assert!(!waited.owner_died());
     wait_until(Duration::from_secs(10), "the releaser to stop", || {
         matches!(proc_state(stalled.pid()), Some('T' | 't'))
     });
+    drop(waited);
     let mut envs = base_env(&dir);
     envs.push(("FL_N", (4_500_000u64).to_string()));
     let mut burst = Worker::spawn(dir.path(), test, "burst", "burst", &envs);

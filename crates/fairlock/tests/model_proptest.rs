@@ -19,8 +19,8 @@ use fairlock::__internal::core::lease::{Lease, LeaseField};
 use fairlock::__internal::core::model::ModelPlatform;
 use fairlock::__internal::core::word::{LapRelation, relate};
 use fairlock::__internal::core::{
-    Claim, Grant, Lost, Me, OwnedState, Published, State, Tuning, Watch, Word, check,
-    claim_granted, extend, publish, recover, release, try_lock,
+    Claim, Grant, Lost, Me, OwnedState, Published, State, Taken, Tuning, Watch, Word, check,
+    claim_granted, extend, publish, recover, release, take, try_lock,
 };
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -117,10 +117,13 @@ struct Sim {
     queue: VecDeque<Entry>,
     /// The next ticket to hand out.
     next: u64,
-    /// Ticket `next` is pre-granted (`Ready`), with this died flag.
-    ready: Option<bool>,
-    /// The died flag the next grant will carry (how the last granted ticket ended).
+    /// The lock word's `Q`: somebody queued, and no walk has drained the queue since.
+    queued: bool,
+    /// The died flag the next grant will carry (how the last granted ticket ended); while
+    /// nobody queues or holds, the word's `D`.
     died_next: bool,
+    /// Tickets granted by the lock word (their slots are never written).
+    fast_tickets: BTreeSet<u64>,
     dead: BTreeSet<u32>,
     /// Grants taken over by a lease takeover, still in their actors' hands.
     stale: Vec<(u32, Grant)>,
@@ -154,8 +157,9 @@ impl Sim {
             },
             queue: VecDeque::new(),
             next: 0,
-            ready: Some(false),
+            queued: false,
             died_next: false,
+            fast_tickets: BTreeSet::new(),
             dead: BTreeSet::new(),
             stale: Vec::new(),
             skipped_grants: Vec::new(),
@@ -202,7 +206,8 @@ impl Sim {
         self.last_token = g.token();
     }
 
-    /// The model's `advance` from the head: grant the first live ticket, or pre-grant `next`.
+    /// The model's `advance` from the head: grant the first live ticket, or drain the queue
+    /// (the word free again, `D` = the died flag).
     fn grant_front(&mut self) {
         let died = self.died_next;
         match self.queue.front_mut() {
@@ -211,9 +216,66 @@ impl Sim {
                     e.status = Status::Granted { died };
                 }
             }
-            None => {
-                if self.ready.is_none() {
-                    self.ready = Some(died);
+            None => self.queued = false,
+        }
+    }
+
+    /// Whether the lock word is free: nobody holds it fast, nobody queues.
+    fn word_free(&self) -> bool {
+        !self.queued && self.queue.is_empty()
+    }
+
+    /// Actor `a` takes the lock from a free word, through the real `take` and `publish`: the
+    /// fast way without a lease; with one, a ticket granted through its slot (two tickets if
+    /// the word carried a death's news: a fast one passed on to a queued one).
+    fn take_free(&mut self, a: u32, lease: Option<u64>) {
+        let died = self.died_next;
+        let taken = {
+            let st = self.o.view();
+            take(&st, &self.p, &me(a, lease))
+        };
+        let t = self.next;
+        match taken {
+            Taken::Fast(g) => {
+                assert!(lease.is_none(), "a leased grant from the word: {g:?}");
+                assert_eq!((g.ticket, g.died, g.leased, g.fast), (t, died, false, true));
+                self.next += 1;
+                self.died_next = false;
+                self.fast_tickets.insert(t);
+                self.hold(a, g, None);
+            }
+            Taken::Queued(q) => {
+                assert!(lease.is_some(), "queued from a free word without a lease");
+                if died {
+                    assert_eq!(q, t + 1, "the fast ticket passed on");
+                    self.fast_tickets.insert(t);
+                } else {
+                    assert_eq!(q, t);
+                }
+                self.next = q + 1;
+                self.queued = true;
+                self.died_next = false;
+                let published = {
+                    let st = self.o.view();
+                    let mut watch = Watch::default();
+                    let deadline = Some(self.p.now_ns());
+                    publish(
+                        &st,
+                        &self.p,
+                        q,
+                        &me(a, lease),
+                        deadline,
+                        &self.tuning,
+                        &mut watch,
+                    )
+                    .expect("publish")
+                };
+                match published {
+                    Published::Held(g) => {
+                        assert_eq!((g.ticket, g.died, g.leased), (q, died, true));
+                        self.hold(a, g, lease);
+                    }
+                    _ => panic!("a leased taker of a free lock must hold at once"),
                 }
             }
         }
@@ -246,11 +308,19 @@ impl Sim {
                 if self.busy(a) || !self.alive(a) || !self.room() {
                     return;
                 }
+                if self.word_free() {
+                    self.take_free(a, lease);
+                    return;
+                }
                 let t = self.next;
                 self.next += 1;
+                self.queued = true;
                 let published = {
                     let st = self.o.view();
-                    let taken = st.header().next_ticket.fetch_add(1, Relaxed);
+                    let taken = match take(&st, &self.p, &me(a, lease)) {
+                        Taken::Queued(t) => t,
+                        other => panic!("held or queued, yet {other:?}"),
+                    };
                     assert_eq!(taken, t);
                     let mut watch = Watch::default();
                     let deadline = Some(self.p.now_ns());
@@ -267,12 +337,8 @@ impl Sim {
                 };
                 self.watches[a as usize] = Watch::default();
                 self.seen[a as usize] = None;
-                match (self.ready.take(), published) {
-                    (Some(died), Published::Held(g)) => {
-                        assert_eq!((g.ticket, g.died, g.leased), (t, died, lease.is_some()));
-                        self.hold(a, g, lease);
-                    }
-                    (None, Published::Waiting(w)) => {
+                match published {
+                    Published::Waiting(w) => {
                         assert_eq!(w.leased(), lease.is_some());
                         self.queue.push_back(Entry {
                             ticket: t,
@@ -283,32 +349,46 @@ impl Sim {
                             lease_until: None,
                         });
                     }
-                    (r, _) => panic!("arrive: model ready {r:?}, publish disagrees"),
+                    _ => panic!("arrive: a queued ticket must wait"),
                 }
             }
             Op::TryLock(a, lease) => {
                 if self.busy(a) || !self.alive(a) || !self.room() {
                     return;
                 }
+                // The model first: try_lock recovers (as a fresh observer behind the whole
+                // queue) unless the word is free, then takes the lock if that left it free.
+                let mut fresh = None;
+                let free = self.word_free() || self.model_recover(None, &mut fresh) == Pass::Clear;
+                let died = self.died_next;
+                let next = self.next;
                 let got = {
                     let st = self.o.view();
                     try_lock(&st, &self.p, &me(a, lease), &self.tuning).expect("consistent")
                 };
-                // try_lock recovers first, as a fresh observer behind the whole queue.
-                let mut fresh = None;
-                let pass = self.model_recover(None, &mut fresh);
-                match (pass, got) {
-                    (Pass::Clear, Some(g)) => {
-                        let died = self.ready.take().expect("pre-granted after a clear pass");
+                match (free, got) {
+                    (true, Some(g)) => {
+                        assert!(self.word_free(), "model: recovered but not free");
+                        // Leased with news: a fast ticket passed on to a queued one.
+                        let t = if lease.is_some() && died {
+                            next + 1
+                        } else {
+                            next
+                        };
                         assert_eq!(
-                            (g.ticket, g.died, g.leased),
-                            (self.next, died, lease.is_some())
+                            (g.ticket, g.died, g.leased, g.fast),
+                            (t, died, lease.is_some(), lease.is_none())
                         );
-                        self.next += 1;
+                        if t != next || g.fast {
+                            self.fast_tickets.insert(next);
+                        }
+                        self.next = t + 1;
+                        self.queued = lease.is_some();
+                        self.died_next = false;
                         self.hold(a, g, lease);
                     }
-                    (Pass::Busy, None) => {}
-                    (p, g) => panic!("try_lock: model {p:?}, lock gave {g:?}"),
+                    (false, None) => {}
+                    (p, g) => panic!("try_lock: model free {p:?}, lock gave {g:?}"),
                 }
             }
             Op::GiveUp(a) => {
@@ -550,17 +630,36 @@ impl Sim {
             let w = Word(st.slot(t).word.load(Acquire));
             (relate(w.lap(), st.lap(t)) == LapRelation::Same).then_some(w)
         };
-        // Mutual exclusion: at most one slot is granted or held, whatever its lap.
+        // Mutual exclusion: at most one slot is granted or held, whatever its lap, or the
+        // lock word's fast holder.
+        let lw = st.lock_word(Acquire);
         let granted = (0..u64::from(SLOTS))
             .filter(|&t| {
                 Word(st.slot(t).word.load(Acquire))
                     .state()
                     .is_some_and(State::is_granted)
             })
-            .count();
-        assert!(granted <= 1, "{granted} slots granted or held");
+            .count()
+            + usize::from(lw.held());
+        assert!(granted <= 1, "{granted} holders or grantees ({lw:?})");
+        // The lock word and the model agree.
+        let front_fast = self
+            .queue
+            .front()
+            .filter(|e| self.fast_tickets.contains(&e.ticket));
+        assert_eq!(lw.held(), front_fast.is_some(), "fast holder: {lw:?}");
+        if let Some(e) = front_fast {
+            assert_eq!(lw.holder(), e.actor, "fast holder's entry");
+        }
+        assert_eq!(lw.queued(), self.queued, "queued: {lw:?}");
+        if !lw.queued() && !lw.held() {
+            assert_eq!(lw.died(), self.died_next, "D: {lw:?}");
+        }
         let lo = self.next.saturating_sub(u64::from(SLOTS) - 1);
         for t in lo..self.next {
+            if self.fast_tickets.contains(&t) {
+                continue; // never in a slot
+            }
             let w = state_of(t).unwrap_or_else(|| panic!("ticket {t}: slot on another lap"));
             match self.queue.iter().find(|e| e.ticket == t) {
                 None => assert!(
@@ -597,23 +696,10 @@ impl Sim {
                 }
             }
         }
+        // Nothing is granted in advance before it is taken.
         let w = state_of(self.next);
-        match self.ready {
-            Some(died) => {
-                let w = w.expect("pre-granted next ticket");
-                assert_eq!(
-                    (w.state(), w.died()),
-                    (Some(State::Ready), died),
-                    "next ticket"
-                );
-            }
-            None => assert!(
-                w.is_none(),
-                "ticket {} should not be pre-granted: {w:?}",
-                self.next
-            ),
-        }
-        assert_eq!(st.header().next_ticket.load(Relaxed), self.next);
+        assert!(w.is_none(), "ticket {} is not taken yet: {w:?}", self.next);
+        assert_eq!(st.next_ticket(), self.next);
     }
 }
 

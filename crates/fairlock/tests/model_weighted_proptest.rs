@@ -15,7 +15,7 @@
 //!
 //! Failing cases shrink and are kept in `proptest-regressions/model_weighted_proptest.txt`.
 
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::Ordering::Acquire;
 
 use fairlock::__internal::core::layout::RecordKind;
 use fairlock::__internal::core::model::ModelPlatform;
@@ -131,7 +131,7 @@ impl Sim {
     /// No taker may lap the oldest unfinished ticket (that is loom's and the unit tests'
     /// business): at most `SLOTS - 1` tickets from the oldest unfinished one.
     fn room(&self) -> bool {
-        let next = self.o.view().header().next_ticket.load(Relaxed);
+        let next = self.o.view().next_ticket();
         self.unfinished()
             .first()
             .is_none_or(|&(t, _, _)| next - t < u64::from(SLOTS) - 1)
@@ -217,7 +217,7 @@ impl Sim {
                 }
                 let shared = self.shared(asked);
                 let st = self.o.view();
-                let t = st.header().next_ticket.fetch_add(1, Relaxed);
+                let t = st.take_ticket();
                 let mut watch = Watch::default();
                 let r = publish(
                     &st,

@@ -145,8 +145,8 @@ fn entry_of(fd: BorrowedFd<'_>, opened: &Opened, shown: &Path) -> Result<Option<
 
 /// The unfinished ticket of participant `i` (a waiter's, a grantee's or a holder's), if any.
 fn ticket_of(st: &LockState<'_>, i: u32) -> Option<(u64, Word)> {
-    // Relaxed: a ticket number only (`ticket_of` places the word's lap below it).
-    let next = st.header().next_ticket.load(Relaxed);
+    // A ticket number only (`ticket_of` places the word's lap below it).
+    let next = st.next_ticket();
     (0..st.slot_count()).find_map(|s| {
         // Acquire: the word's writer's (a claim's, a grant's) stores before it.
         let w = Word(st.slot(s).word.load(Acquire));
@@ -375,20 +375,36 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
         return Ok(None);
     };
     let st = opened.mapping.state();
-    let result = match ticket_of(&st, i) {
-        Some((ticket, w)) if w.state() == Some(State::Held) => {
-            let lease_lock = Mutex::new(());
-            let platform = SysPlatform {
-                file: &opened.file,
-                me: i,
-                participants: st.participant_count(),
-                owners: None,
-                lease_lock: &lease_lock,
-            };
+    let lease_lock = Mutex::new(());
+    let platform = SysPlatform {
+        file: &opened.file,
+        me: i,
+        participants: st.participant_count(),
+        owners: None,
+        lease_lock: &lease_lock,
+    };
+    let lost = || Error::LockLost {
+        path: shown.clone(),
+    };
+    let fast = core::fast::fast_holder(&st).filter(|&(_, holder)| holder == i);
+    let result = match (fast, ticket_of(&st, i)) {
+        // Granted by the lock word (nobody was queued when it was taken).
+        (Some((ticket, _)), _) => {
+            if core::end_fast(&st, &platform, i, ticket, false) {
+                Ok(Some(FdGrant {
+                    token: ticket.wrapping_add(1),
+                    owner_died: false,
+                }))
+            } else {
+                Err(lost())
+            }
+        }
+        (None, Some((ticket, w))) if w.state() == Some(State::Held) => {
             let g = Grant {
                 ticket,
                 died: w.died(),
                 leased: w.leased(),
+                fast: false,
             };
             core::release(&st, &platform, &g, i)
                 .map(|()| {
@@ -397,16 +413,12 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
                         owner_died: w.died(),
                     })
                 })
-                .map_err(|_| Error::LockLost {
-                    path: shown.clone(),
-                })
+                .map_err(|_| lost())
         }
         // A place in line whose taker was killed while waiting: given up below.
-        Some(_) => Ok(None),
+        (None, Some(_)) => Ok(None),
         // The grant `lock_for_fd` returned is gone: taken over.
-        None => Err(Error::LockLost {
-            path: shown.clone(),
-        }),
+        (None, None) => Err(lost()),
     };
     give_back(fd, &st, i, n);
     result

@@ -35,6 +35,8 @@ pub struct LockGuard<'a> {
     /// The thread that made this guard (and, as the guard is not `Send`, drops it).
     tid: u32,
     died: bool,
+    /// Granted by the lock word (released by a CAS on it, not through a slot).
+    fast: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -51,6 +53,7 @@ impl<'a> LockGuard<'a> {
             lease_ms: lease_ms.and_then(NonZeroU64::new),
             tid,
             died: grant.died,
+            fast: grant.fast,
             _not_send: PhantomData,
         }
     }
@@ -68,6 +71,7 @@ impl<'a> LockGuard<'a> {
             ticket: self.ticket,
             died: self.died,
             leased: self.lease_ms.is_some(),
+            fast: self.fast,
         }
     }
 
@@ -152,7 +156,11 @@ impl<'a> LockGuard<'a> {
         // Only while the grant is ours: a lost grant's slot may belong to a later ticket.
         if self.check().is_ok() {
             let st = self.shared.state();
-            core::claim::stamp_holder(&st, &self.shared.platform(), self.ticket, self.tid);
+            if self.fast {
+                core::claim::stamp_fast(&st, &self.shared.platform(), self.ticket, self.tid);
+            } else {
+                core::claim::stamp_holder(&st, &self.shared.platform(), self.ticket, self.tid);
+            }
         }
     }
 
@@ -199,7 +207,7 @@ impl<'a> LockGuard<'a> {
         if self.lease_ms.is_some() {
             return self.release_leased();
         }
-        match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant) {
+        match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant, self.fast) {
             Some(true) => Ok(()),
             outcome => self.finish_unleased(outcome),
         }
@@ -264,8 +272,15 @@ impl<'a> LockGuard<'a> {
     #[cold]
     fn finish_unleased(&self, outcome: Option<bool>) -> Result<()> {
         let sh = self.shared;
-        core::finish_unleased_release(&sh.state(), &sh.platform(), self.ticket, outcome)
-            .map_err(|_| self.lost())
+        core::finish_unleased_release(
+            &sh.state(),
+            &sh.platform(),
+            self.ticket,
+            sh.participant,
+            self.fast,
+            outcome,
+        )
+        .map_err(|_| self.lost())
     }
 
     /// A grant with a lease is released with a CAS (a takeover may race it).

@@ -319,12 +319,10 @@ impl FairLock {
         }
         sh.hold.depth.store(depth + 1, Relaxed);
         // The grant's lease, which the handle that took it chose (maybe not this one).
-        let (lease_ms, died) = Hold::grant_of(sh.hold.grant_meta.load(Relaxed));
-        let grant = Grant {
-            ticket: sh.hold.ticket.load(Relaxed),
-            died,
-            leased: lease_ms.is_some(),
-        };
+        let (grant, lease_ms) = Hold::grant_of(
+            sh.hold.grant_meta.load(Relaxed),
+            sh.hold.ticket.load(Relaxed),
+        );
         Ok(LockGuard::new(sh, grant, thread::current_tid(), lease_ms))
     }
 
@@ -343,18 +341,15 @@ impl FairLock {
             return self.reenter(sh, reentrant);
         }
         ExitWatch::arm();
-        let st = sh.state();
-        // Relaxed: a ticket is only a number (see `core::lock`, of which this is the inlined
-        // fast path).
-        let t = st.header().next_ticket.fetch_add(1, Relaxed);
-        crate::crash_point!("acquire.ticket_taken");
+        // The uncontended path (see `core::lock`, of which this is the inlined first step):
+        // one CAS on the lock word.
         let fast = match self.lease_ms {
-            None => core::claim_ready(&st, t, sh.participant),
+            None => core::try_fast(&sh.state(), sh.participant),
             Some(_) => None,
         };
         let g = match fast {
             Some(g) => g,
-            None => self.contended(sh, tid, deadline, t, stop)?,
+            None => self.contended(sh, tid, deadline, stop)?,
         };
         Ok(self.held(sh, tid, g))
     }
@@ -368,7 +363,6 @@ impl FairLock {
         sh: &Shared,
         tid: u32,
         deadline: Option<u64>,
-        t: u64,
         stop: Option<&mut dyn FnMut() -> bool>,
     ) -> Result<Grant> {
         let me = self.me(sh, tid);
@@ -384,7 +378,7 @@ impl FairLock {
             &me,
             deadline,
             &self.tuning,
-            t,
+            None,
             watch,
         );
         drop(hook);
@@ -434,10 +428,15 @@ impl FairLock {
             Some(h) => core::Watch::interruptible(h),
             None => core::Watch::default(),
         };
-        // Relaxed: a ticket is only a number.
-        let t = st.header().next_ticket.fetch_add(1, Relaxed);
-        crate::crash_point!("acquire.ticket_taken");
-        let r = core::lock_watched(&st, &sh.platform(), &me, deadline, &self.tuning, t, watch);
+        let r = core::lock_watched(
+            &st,
+            &sh.platform(),
+            &me,
+            deadline,
+            &self.tuning,
+            None,
+            watch,
+        );
         drop(hook);
         if let Some(payload) = panicked {
             // As in `contended`: the ticket was given up, a racing grant is released, and
@@ -518,10 +517,9 @@ impl FairLock {
     fn held<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
         // Relaxed: these are read back only by this thread (see `Hold::owner`).
         sh.hold.ticket.store(g.ticket, Relaxed);
-        sh.hold.grant_meta.store(
-            Hold::meta(self.lease_ms, g.died, self.kept_on_exit),
-            Relaxed,
-        );
+        sh.hold
+            .grant_meta
+            .store(Hold::meta(self.lease_ms, &g, self.kept_on_exit), Relaxed);
         sh.hold.depth.store(1, Relaxed);
         sh.hold
             .owner

@@ -77,18 +77,30 @@ pub(crate) struct Hold {
 /// The bit of `Hold::grant_meta` marking a grant that its thread's exit must not give up
 /// (a `FairMutex` grant: see [`ExitWatch`]).
 pub(crate) const KEPT_ON_EXIT: u64 = 1 << 63;
+/// The bit of `Hold::grant_meta` marking a grant the lock word made (see `core::fast`).
+const FAST_GRANT: u64 = 1 << 62;
 
 impl Hold {
     /// The `grant_meta` word of a grant (`kept_on_exit`: [`KEPT_ON_EXIT`]).
     #[inline]
-    pub(crate) fn meta(lease_ms: Option<u64>, died: bool, kept_on_exit: u64) -> u64 {
-        (lease_ms.unwrap_or(0) << 1) | u64::from(died) | kept_on_exit
+    pub(crate) fn meta(lease_ms: Option<u64>, g: &core::Grant, kept_on_exit: u64) -> u64 {
+        (lease_ms.unwrap_or(0) << 1)
+            | u64::from(g.died)
+            | if g.fast { FAST_GRANT } else { 0 }
+            | kept_on_exit
     }
 
-    /// The held grant's (lease in ms, died flag), from `grant_meta`.
-    pub(crate) fn grant_of(meta: u64) -> (Option<u64>, bool) {
-        let lease = (meta & !KEPT_ON_EXIT) >> 1;
-        (Some(lease).filter(|&ms| ms != 0), meta & 1 != 0)
+    /// The held grant of ticket `ticket` and its lease in ms, from `grant_meta`.
+    pub(crate) fn grant_of(meta: u64, ticket: u64) -> (core::Grant, Option<u64>) {
+        let lease = (meta & !(KEPT_ON_EXIT | FAST_GRANT)) >> 1;
+        let lease_ms = Some(lease).filter(|&ms| ms != 0);
+        let g = core::Grant {
+            ticket,
+            died: meta & 1 != 0,
+            leased: lease_ms.is_some(),
+            fast: meta & FAST_GRANT != 0,
+        };
+        (g, lease_ms)
     }
 }
 
@@ -411,11 +423,10 @@ impl Drop for ExitWatch {
                 continue;
             }
             // Relaxed: written by this very thread when it acquired.
-            let grant = core::Grant {
-                ticket: sh.hold.ticket.load(Relaxed),
-                died: false,
-                leased: false,
-            };
+            let (grant, _) = Hold::grant_of(
+                sh.hold.grant_meta.load(Relaxed),
+                sh.hold.ticket.load(Relaxed),
+            );
             sh.hold.owner.store(0, Relaxed);
             sh.hold.depth.store(0, Relaxed);
             let _ = core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);

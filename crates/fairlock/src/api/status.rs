@@ -154,7 +154,13 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
     let shift = g.slot_shift();
     let next = v.next_ticket();
     let weighted = g.kind.is_weighted();
-    let front = first_unfinished(v.head(), next, shift, !weighted, |t| v.word(t));
+    let lw = v.lock_word();
+    // Nobody queued: no slot is in use (those of fast tickets show older laps).
+    let front = if lw.queued() {
+        first_unfinished(v.head(), next, shift, !weighted, |t| v.word(t))
+    } else {
+        next
+    };
     let now = clock::coarse_ns();
     let now_ms = clock::monotonic_ns() / 1_000_000;
     let span = next.wrapping_sub(front).min(u64::from(g.slots));
@@ -185,13 +191,34 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         }
         tickets.sort_by_key(|&t| t.wrapping_sub(front));
     }
+    if lw.held() {
+        // The fast holder: the ticket before the first queued one (`head`) while someone
+        // queues, else the one before the counter.
+        let t = if lw.queued() { v.head() } else { next }.wrapping_sub(1);
+        let (stamp, since, tid) = v.fast_stamps();
+        let stamped = stamp == t.wrapping_add(1);
+        let info = TicketInfo {
+            ticket: t,
+            token: t.wrapping_add(1),
+            state: State::Held.name(),
+            pid: v.pid(lw.holder()).filter(|pid| *pid != 0),
+            tid: stamped.then_some(tid),
+            alive: v.liveness(lw.holder()).map(|l| l == Liveness::Alive),
+            elapsed: stamped.then(|| Duration::from_nanos(now.saturating_sub(since))),
+            lease_remaining: None,
+            owner_died: false,
+            shared: false,
+        };
+        status.holder = Some(info.clone());
+        status.holders.push(info);
+    }
     for t in tickets {
         let lap = lap_of(t, shift);
         let w = v.word(t);
         let Some(state) = w.state() else { continue };
         match relate(w.lap(), lap) {
             LapRelation::Same => {}
-            LapRelation::Previous if state.is_final() && t != next => {
+            LapRelation::Previous | LapRelation::Behind if state.is_final() && t != next => {
                 status.arriving += 1;
                 continue;
             }

@@ -1,9 +1,11 @@
 //! `advance`: passes the lock on. Shared by release, timeout clean-up and recovery;
 //! idempotent, and anyone may run it at any time.
 
-use super::frontier::{MAX_STEPS, raise_head, step_over_later};
+use super::fast::cas_word;
+use super::frontier::{MAX_STEPS, before, raise_head, step_over_later};
 use super::lapped;
 use super::layout::{LockState, Slot};
+use super::lock_word::LockWord;
 use super::platform::Platform;
 use super::word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
@@ -23,20 +25,95 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 /// released normally; it is carried over `Revoked` tickets (and skipped grants that carried
 /// it) and cleared by `Done`, and ends up in the granted word so the next holder learns it.
 #[inline(never)]
-pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool) {
+pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, died: bool) {
+    walk(st, p, from, died, None);
+}
+
+/// How a [`walk`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walked {
+    /// Every ticket before the counter was final: the walk drained the queue (`Q → 0`, the
+    /// fast holder it was ending cleared, `D` = the died flag it carried).
+    Drained,
+    /// It granted, pre-granted or found granted the ticket it names, or had nothing to do
+    /// (`None`).
+    Stopped(Option<u64>),
+}
+
+/// [`advance`], and the walk that ends a dead fast holder's grant: `ending` names that
+/// holder's entry and the first queued ticket behind it (`head` while it holds), and the walk
+/// acts only while the word still shows that grant; any other fast holder stops a walk
+/// (nothing is granted while one holds).
+///
+/// The walk acts only while the lock word shows `Q` (the slots are authoritative only then)
+/// and goes no further than the counter it read: a ticket before it that nobody published yet
+/// is taken and is pre-granted; at the counter itself every ticket is final, and the walk
+/// drains the queue with one CAS on the word (which fails, and is looked at again, if a ticket
+/// was taken meanwhile). It starts no earlier than `head` as loaded after the word, so it
+/// never walks the slots of fast tickets.
+pub fn walk<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    from: u64,
+    mut died: bool,
+    ending: Option<(u32, u64)>,
+) -> Walked {
     if st.is_weighted() {
         // Readers and permits: granted by weight from `head`, nothing in advance.
-        return super::weighted::advance(st, p);
+        super::weighted::advance(st, p);
+        return Walked::Stopped(None);
     }
+    let may_walk = |w: LockWord, head: u64| match ending {
+        None => w.queued() && !w.held(),
+        Some((e, first)) => w.queued() && w.held() && w.holder() == e && head == first,
+    };
+    // Acquire: pairs with the CAS that set `Q` (made after `head` was raised to the queue's
+    // first ticket) and with every later CAS on the word.
+    let mut lw = st.lock_word(Acquire);
+    // Acquire: after the word; every ticket before `head` is final (or the fast holder's).
+    let head = st.header().head.load(Acquire);
+    if !may_walk(lw, head) {
+        return Walked::Stopped(None);
+    }
+    let mut next = st.ticket_of(lw);
     let mut h = from;
+    if before(h, head) {
+        h = head;
+    }
     for _ in 0..MAX_STEPS {
+        if h == next {
+            // Every ticket before the counter is final: nobody waits. Drain the queue.
+            if cas_word(st, lw, lw.drained(died)) {
+                crate::crash_point!("advance.drained");
+                return Walked::Drained;
+            }
+            // Acquire: as above.
+            lw = st.lock_word(Acquire);
+            // The queue we walked may have drained and a new one begun: not before its head.
+            let head = st.header().head.load(Acquire);
+            if ending.is_some() || !may_walk(lw, head) {
+                // (An ending walk that reached the counter while tickets were being taken
+                // starts again from its caller, which checks the grant is still there.)
+                return Walked::Stopped(None);
+            }
+            next = st.ticket_of(lw);
+            if before(h, head) {
+                h = head;
+            }
+            continue;
+        }
+        if !before(h, next) {
+            return Walked::Stopped(None); // beyond the counter: only a corrupt file
+        }
         let slot = st.slot(h);
         let lap = st.lap(h);
         // Acquire: pairs with the Release CAS (or store) that made this word final (a release,
         // abandon, skip or revoke), so the grant we make below carries the previous critical
         // section.
         let w = Word(slot.word.load(Acquire));
-        let Some(state) = w.state() else { return };
+        let Some(state) = w.state() else {
+            return Walked::Stopped(None);
+        };
         match relate(w.lap(), lap) {
             LapRelation::Same => match state {
                 State::Done => {
@@ -59,15 +136,18 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                             p.wake(&slot.word);
                         }
                         wake_successor(st, p, h.wrapping_add(1));
-                        return;
+                        return Walked::Stopped(Some(h));
                     }
                 }
                 State::Ready | State::Granted | State::Held => {
                     raise_head(st, h);
-                    return;
+                    return Walked::Stopped(Some(h));
                 }
             },
-            LapRelation::Previous if state.is_final() => {
+            // Ticket `h` is taken (before the counter) and not yet published: its slot still
+            // shows an earlier lap, final — the previous one, or one several laps back when
+            // the tickets in between were fast ones that never touched the slot.
+            LapRelation::Previous | LapRelation::Behind if state.is_final() => {
                 // A lapped taker that gave up or died (its record says so) is passed at once.
                 // The word we replace may be the previous lap's `Revoked` (or died-`Skipped`),
                 // the only place a death's news lives until a grant passed it: the `Skipped`
@@ -85,45 +165,18 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, mut died: bool
                 }
                 if pregrant(st, slot, w, h, died) {
                     raise_head(st, h);
-                    return;
+                    return Walked::Stopped(Some(h));
                 }
             }
             // A final ticket whose slot a later lap already reuses: jump if that one was
             // granted, else step.
-            LapRelation::Later => h = step_over_later(st, h, w, None),
-            // The previous lap still uses the slot although every ticket before `h` is final,
-            // or the slot is laps behind: only a corrupt file does that. Leave it.
-            LapRelation::Previous | LapRelation::Behind => return,
+            LapRelation::Later => h = step_over_later(st, h, w, Some(next)),
+            // The previous lap still uses the slot although every ticket before `h` is final:
+            // only a corrupt file does that. Leave it.
+            LapRelation::Previous | LapRelation::Behind => return Walked::Stopped(None),
         }
     }
-}
-
-/// `advance(from, died = false)` after a normal release, with its most common first step
-/// inlined (see [`try_pregrant`]).
-#[inline(always)]
-pub fn pass_on<P: Platform>(st: &LockState<'_>, p: &P, from: u64) {
-    if !try_pregrant(st, from) {
-        advance(st, p, from, false);
-    }
-}
-
-/// The first step of `advance(from, died = false)` when nobody has published ticket `from`
-/// yet (its slot still shows the previous lap, final): it is pre-granted `Ready` and the walk
-/// ends. False if that is not the case (or the CAS lost to the taker publishing): the caller
-/// then runs the full [`advance`]. This is the uncontended release's one read-modify-write
-/// besides its store; it leaves `head` alone (see [`crate::core::frontier`]).
-#[inline(always)]
-pub fn try_pregrant(st: &LockState<'_>, from: u64) -> bool {
-    if st.is_weighted() {
-        return false; // nothing is granted in advance: the caller walks
-    }
-    let slot = st.slot(from);
-    let lap = st.lap(from);
-    // Acquire: as the first load of `advance`.
-    let w = Word(slot.word.load(Acquire));
-    relate(w.lap(), lap) == LapRelation::Previous
-        && w.state().is_some_and(State::is_final)
-        && pregrant(st, slot, w, from, false)
+    Walked::Stopped(None)
 }
 
 /// Grants ticket `h` in advance: its slot still shows `prev`, the previous lap's final word.

@@ -7,32 +7,7 @@ use super::leasing::commit;
 use super::platform::Platform;
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
-use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
-
-/// The uncontended path, for a participant that asks for no lease (the caller checks): our
-/// ticket was granted in advance with no died flag. One CAS, expecting exactly that `Ready`
-/// word, claims it. `None` sends the caller to the contended path with the same ticket.
-#[inline(always)]
-pub fn claim_ready(st: &LockState<'_>, t: u64, participant: u32) -> Option<Grant> {
-    let slot = st.slot(t);
-    let lap = st.lap(t);
-    let ready = Word::new(lap, 0, State::Ready, false);
-    let held = Word::new(lap, participant, State::Held, false);
-    // AcqRel/Acquire: as the claim in `claim_granted` (pairs with the grant's Release).
-    slot.word
-        .compare_exchange(ready.0, held.0, AcqRel, Acquire)
-        .ok()?;
-    crate::crash_point!("acquire.claimed");
-    // Nothing else: the word has no `leased` flag, so whatever the lease field holds is
-    // ignored; the informational fields (thread, since when) are left alone too, as even the
-    // coarse clock would cost a fifth of this path. `status` shows them only when `stamp`
-    // names this ticket; a holder that wants them shown calls `LockGuard::stamp_time`.
-    Some(Grant {
-        ticket: t,
-        died: false,
-        leased: false,
-    })
-}
+use crate::primitive::Ordering::{Acquire, Relaxed};
 
 /// What a claim attempt came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +46,7 @@ pub fn claim_granted<P: Platform>(
                             ticket: t,
                             died: w.died(),
                             leased: w.leased(),
+                            fast: false,
                         }),
                         false => Claim::Lost,
                     });
@@ -123,4 +99,13 @@ pub fn stamp_holder<P: Platform>(st: &LockState<'_>, p: &P, t: u64, tid: u32) {
     slot.tid.store(tid, Relaxed);
     slot.since.store(p.coarse_now_ns(), Relaxed);
     slot.stamp.store(t.wrapping_add(1), Relaxed);
+}
+
+/// Records the fast holder's thread and "now" for fast grant `t` (for status), in the header
+/// (one fast holder at a time). Informational, Relaxed.
+pub fn stamp_fast<P: Platform>(st: &LockState<'_>, p: &P, t: u64, tid: u32) {
+    let h = st.header();
+    h.fast_tid.store(tid, Relaxed);
+    h.fast_since.store(p.coarse_now_ns(), Relaxed);
+    h.fast_stamp.store(t.wrapping_add(1), Relaxed);
 }

@@ -18,6 +18,12 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 /// free by claiming it), so while it runs — or if it is stopped right there — the dead
 /// process's leftovers look alive to everyone else; they are cleared once it gets on.
 pub fn clean_up_participant<P: Platform>(st: &LockState<'_>, p: &P, participant: u32) {
+    // A fast grant the dead process held: revoked (the next holder is told).
+    if let Some((t, holder)) = super::fast::fast_holder(st)
+        && holder == participant
+    {
+        super::fast::end_fast(st, p, participant, t, true);
+    }
     for i in 0..st.slot_count() {
         let slot = st.slot(i);
         // Acquire: see `advance`.

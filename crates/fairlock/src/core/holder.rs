@@ -1,7 +1,8 @@
 //! What the holder does with its grant: release it, check it, or give it up as dead. (Lease
 //! extension is in [`crate::core::leasing`].)
 
-use super::advance::{advance, cas, pass_on, try_pregrant};
+use super::advance::{advance, cas};
+use super::fast::{end_fast, is_fast_grant, release_fast};
 use super::layout::{LockState, Slot};
 use super::lease::Lease;
 use super::leasing::{finish_revocation, lease_of, revoked};
@@ -33,9 +34,9 @@ pub fn release<P: Platform>(
 ) -> Result<(), Lost> {
     let t = g.ticket;
     if !g.leased {
-        return match release_unleased_fast(st, t, participant) {
+        return match release_unleased_fast(st, t, participant, g.fast) {
             Some(true) => Ok(()),
-            outcome => finish_unleased_release(st, p, t, outcome),
+            outcome => finish_unleased_release(st, p, t, participant, g.fast, outcome),
         };
     }
     crate::crash_point!("release.start");
@@ -59,17 +60,26 @@ pub fn release<P: Platform>(
         return Err(Lost);
     }
     crate::crash_point!("release.done");
-    pass_on(st, p, t.wrapping_add(1));
+    advance(st, p, t.wrapping_add(1), false);
     Ok(())
 }
 
 /// The release of a grant without a lease, minus its rare endings, for inlining into the
-/// caller: if ticket `t` is still held by `participant`, stores `Done` and tries to pre-grant
-/// ticket `t + 1` ([`try_pregrant`]). `Some(true)`: released and passed on. Anything else is
-/// finished by [`finish_unleased_release`]: `Some(false)`, released but `t + 1` is published
-/// (the full `advance` grants it); `None`, no longer ours (nothing was written).
+/// caller. A fast grant (`fast`): the one CAS on the lock word ([`release_fast`]),
+/// `Some(true)` if it did it all. A grant held through its slot: if ticket `t` is still held
+/// by `participant`, stores `Done` and answers `Some(false)` (the walk that passes the lock
+/// on is left to [`finish_unleased_release`]); `None`, no longer ours (nothing was written).
 #[inline(always)]
-pub fn release_unleased_fast(st: &LockState<'_>, t: u64, participant: u32) -> Option<bool> {
+pub fn release_unleased_fast(
+    st: &LockState<'_>,
+    t: u64,
+    participant: u32,
+    fast: bool,
+) -> Option<bool> {
+    if fast {
+        crate::crash_point!("release.start");
+        return Some(release_fast(st, t, participant));
+    }
     crate::crash_point!("release.start");
     let (slot, w) = held_word(st, t, participant)?;
     // Without a lease nobody else writes a Held word while its owner lives (revocation needs
@@ -78,18 +88,28 @@ pub fn release_unleased_fast(st: &LockState<'_>, t: u64, participant: u32) -> Op
     // advances next.
     slot.word.store(w.with_state(State::Done).0, Release);
     crate::crash_point!("release.done");
-    Some(try_pregrant(st, t.wrapping_add(1)))
+    Some(false)
 }
 
 /// The rest of an unleased release after [`release_unleased_fast`] returned `outcome`
-/// (anything but `Some(true)`).
+/// (anything but `Some(true)`): a fast grant whose word changed (someone queued behind it,
+/// or it was revoked) is ended by [`end_fast`]; a slot's grant is passed on by a walk.
 #[cold]
 pub fn finish_unleased_release<P: Platform>(
     st: &LockState<'_>,
     p: &P,
     t: u64,
+    participant: u32,
+    fast: bool,
     outcome: Option<bool>,
 ) -> Result<(), Lost> {
+    if fast {
+        return if end_fast(st, p, participant, t, false) {
+            Ok(())
+        } else {
+            Err(Lost)
+        };
+    }
     match outcome {
         Some(_) => {
             advance(st, p, t.wrapping_add(1), false);
@@ -109,6 +129,13 @@ pub fn check<P: Platform>(
     g: &Grant,
     participant: u32,
 ) -> Result<(), Lost> {
+    if g.fast {
+        return if is_fast_grant(st, g.ticket, participant) {
+            Ok(())
+        } else {
+            Err(Lost)
+        };
+    }
     if !g.leased {
         return held_word(st, g.ticket, participant).map(|_| ()).ok_or(Lost);
     }
@@ -131,6 +158,13 @@ pub fn revoke_own<P: Platform>(
     g: &Grant,
     participant: u32,
 ) -> Result<(), Lost> {
+    if g.fast {
+        return if end_fast(st, p, participant, g.ticket, true) {
+            Ok(())
+        } else {
+            Err(Lost)
+        };
+    }
     let r = match held_word(st, g.ticket, participant) {
         Some((slot, w)) if cas(slot, w, w.with_state(State::Revoked)) => Ok(()),
         _ => Err(Lost),

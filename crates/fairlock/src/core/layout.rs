@@ -10,6 +10,7 @@
 //!
 //! `docs/FILE_FORMAT.md` is the contract; the assertions at the bottom keep the two in step.
 
+use crate::core::lock_word::{self, LockWord};
 use crate::primitive::{AtomicU32, AtomicU64};
 
 /// `b"FAIRLOCK"` read as a little-endian `u64`: the last thing written when a file is created.
@@ -151,10 +152,22 @@ pub struct Header {
     /// The kernel boot id (`/proc/sys/kernel/random/boot_id`) of the boot that initialised the
     /// file; a file from another boot is re-initialised (tickets kept, so tokens keep rising).
     pub boot_id: [AtomicU64; 2],
-    /// The next ticket to hand out; taken with one `fetch_add`.
-    pub next_ticket: AtomicU64,
-    /// Reserved: pads `next_ticket` to its own cache line.
-    pub pad1: [AtomicU64; 7],
+    /// The lock word ([`crate::core::lock_word`]): the low 40 bits of the next ticket, the
+    /// fast holder, queued mode.
+    pub word: AtomicU64,
+    /// The high 24 bits of the next ticket (see [`crate::core::lock_word::full_ticket`]).
+    pub epoch: AtomicU64,
+    /// Informational: `ticket + 1` of the fast grant whose holder stamped `fast_since` and
+    /// `fast_tid` (see `LockGuard::stamp_time`); never used for a decision.
+    pub fast_stamp: AtomicU64,
+    /// Informational: when the stamping fast holder's grant began (coarse clock, ns).
+    pub fast_since: AtomicU64,
+    /// Informational: the stamping fast holder's thread.
+    pub fast_tid: AtomicU32,
+    /// Reserved, zero.
+    pub reserved2: AtomicU32,
+    /// Reserved: pads the lock word's line.
+    pub pad1: [AtomicU64; 3],
     /// A hint: every ticket below `head` is final. Written when a ticket is granted.
     pub head: AtomicU64,
     /// Offset of the data area of a `FairMutex<T>` file (a multiple of 64 and of its
@@ -246,7 +259,11 @@ const _: () = {
     assert!(offset_of!(Header, kind) == 40);
     assert!(offset_of!(Header, permits) == 44);
     assert!(offset_of!(Header, boot_id) == 48);
-    assert!(offset_of!(Header, next_ticket) == 64);
+    assert!(offset_of!(Header, word) == 64);
+    assert!(offset_of!(Header, epoch) == 72);
+    assert!(offset_of!(Header, fast_stamp) == 80);
+    assert!(offset_of!(Header, fast_since) == 88);
+    assert!(offset_of!(Header, fast_tid) == 96);
     assert!(offset_of!(Header, head) == 128);
     assert!(offset_of!(Header, data_offset) == 136);
     assert!(offset_of!(Header, data_size) == 144);
@@ -543,6 +560,67 @@ impl<'a> LockState<'a> {
         self.capacity
     }
 
+    /// The lock word, loaded with `order`.
+    #[inline]
+    pub fn lock_word(&self, order: crate::primitive::Ordering) -> LockWord {
+        LockWord(self.header.word.load(order))
+    }
+
+    /// The full ticket `w`'s counter names (see [`lock_word::full_ticket`]); raises `epoch`
+    /// if its parity is stale (the counter wrapped and the wrapper has not raised it yet).
+    #[inline]
+    pub fn ticket_of(&self, w: LockWord) -> u64 {
+        // Relaxed: `epoch` only ever goes up by one per 2^40 tickets; a stale value is
+        // corrected from the word's parity, and the raise below is a CAS from what we read.
+        let e = self.header.epoch.load(crate::primitive::Ordering::Relaxed);
+        if lock_word::epoch_stale(w, e) {
+            let _ = self.header.epoch.compare_exchange(
+                e,
+                e.wrapping_add(1),
+                crate::primitive::Ordering::Relaxed,
+                crate::primitive::Ordering::Relaxed,
+            );
+        }
+        lock_word::full_ticket(w, e)
+    }
+
+    /// The next ticket to be handed out.
+    #[inline]
+    pub fn next_ticket(&self) -> u64 {
+        // Relaxed: a ticket is only a number.
+        self.ticket_of(self.lock_word(crate::primitive::Ordering::Relaxed))
+    }
+
+    /// Takes a ticket keeping the word's flags (one CAS loop): for the weighted kinds, whose
+    /// word is queued for good, and for tests. Exclusive locks take theirs with
+    /// [`crate::core::fast`].
+    pub fn take_ticket(&self) -> u64 {
+        use crate::primitive::Ordering::{AcqRel, Acquire};
+        // Acquire: pairs with the Release of whatever CAS set the word's flags.
+        let mut w = self.lock_word(Acquire);
+        loop {
+            // AcqRel: part of the word's release sequence (see `core::fast`).
+            match self
+                .header
+                .word
+                .compare_exchange_weak(w.0, w.taken().0, AcqRel, Acquire)
+            {
+                Ok(_) => return self.ticket_of(w),
+                Err(now) => w = LockWord(now),
+            }
+        }
+    }
+
+    /// Takes ticket `t` if it is the next one to be handed out (and the word is `w`, as read):
+    /// true if taken.
+    pub fn take_ticket_if(&self, w: LockWord) -> bool {
+        use crate::primitive::Ordering::{AcqRel, Acquire};
+        self.header
+            .word
+            .compare_exchange(w.0, w.taken().0, AcqRel, Acquire)
+            .is_ok()
+    }
+
     /// The participant entry `i`, if it exists.
     #[inline]
     pub fn participant(&self, i: u32) -> Option<&'a Participant> {
@@ -581,7 +659,12 @@ impl Header {
             kind: AtomicU32::new(0),
             permits: AtomicU32::new(0),
             boot_id: zeroed_u64s(),
-            next_ticket: AtomicU64::new(0),
+            word: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+            fast_stamp: AtomicU64::new(0),
+            fast_since: AtomicU64::new(0),
+            fast_tid: AtomicU32::new(0),
+            reserved2: AtomicU32::new(0),
             pad1: zeroed_u64s(),
             head: AtomicU64::new(0),
             data_offset: AtomicU64::new(0),
@@ -648,16 +731,12 @@ impl OwnedState {
         assert!(Geometry::new(slots, participants).is_some(), "bad geometry");
         assert!(kind.is_valid(), "bad kind");
         let slots: Vec<Slot> = (0..slots).map(|_| Slot::zeroed()).collect();
-        // A fresh exclusive lock has ticket 0 granted in advance (see `file::initial_image`);
-        // weighted kinds grant nothing in advance.
-        if !kind.is_weighted() {
-            let ready = crate::core::word::Word::new(1, 0, crate::core::word::State::Ready, false);
-            slots[0]
-                .word
-                .store(ready.0, crate::primitive::Ordering::Relaxed);
-        }
+        // A fresh lock is free (see `file::initial_image`): an exclusive one for the fast
+        // path, a weighted one queued for good.
         let header = Header::zeroed();
         let relaxed = crate::primitive::Ordering::Relaxed;
+        let word = crate::core::lock_word::LockWord::initial(0, kind.is_weighted());
+        header.word.store(word.0, relaxed);
         header.kind.store(kind.code(), relaxed);
         header.permits.store(kind.permits, relaxed);
         OwnedState {

@@ -55,12 +55,14 @@
 pub mod advance;
 pub mod claim;
 pub mod cleanup;
+pub mod fast;
 pub mod frontier;
 pub mod holder;
 pub mod lapped;
 pub mod layout;
 pub mod lease;
 pub mod leasing;
+pub mod lock_word;
 pub mod model;
 pub mod name_layout;
 pub mod names;
@@ -71,6 +73,8 @@ pub mod wait;
 pub mod weighted;
 pub mod word;
 
+#[cfg(all(test, not(loom)))]
+mod fast_review;
 #[cfg(all(test, not(loom)))]
 mod names_review;
 #[cfg(all(test, not(loom)))]
@@ -83,15 +87,16 @@ mod weighted_review2;
 mod weighted_test_support;
 
 pub use advance::advance;
-pub use claim::{Claim, claim_granted, claim_ready};
+pub use claim::{Claim, claim_granted};
 pub use cleanup::clean_up_participant;
+pub use fast::{Taken, end_fast, release_fast, take, try_fast};
 pub use holder::{check, finish_unleased_release, release, release_unleased_fast, revoke_own};
 pub use layout::{Geometry, LockState, OwnedState};
 pub use leasing::extend;
 pub use platform::{Liveness, Platform, Tuning};
 pub use publish::{Published, publish};
 pub use recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
-pub use wait::{lock, lock_contended, lock_watched, try_lock};
+pub use wait::{lock, lock_watched, try_lock};
 pub use word::{State, Word};
 
 /// Who is taking a ticket.
@@ -118,6 +123,9 @@ pub struct Grant {
     pub died: bool,
     /// The grant has a lease (so a takeover may revoke it).
     pub leased: bool,
+    /// Granted by the lock word itself (the uncontended path): released with a CAS on the
+    /// word, not through a slot (see [`lock_word`]).
+    pub fast: bool,
 }
 
 impl Grant {

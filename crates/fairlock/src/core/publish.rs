@@ -70,6 +70,7 @@ pub fn publish<P: Platform>(
                                 ticket: t,
                                 died: w.died(),
                                 leased,
+                                fast: false,
                             }),
                             false => Published::Skipped,
                         });
@@ -78,7 +79,9 @@ pub fn publish<P: Platform>(
                 State::Skipped => return Ok(Published::Skipped),
                 _ => return Err(WaitError::Corrupt("another owner published our ticket")),
             },
-            LapRelation::Previous if state.is_final() && may_reuse(st, p, t, w) => {
+            LapRelation::Previous | LapRelation::Behind
+                if state.is_final() && may_reuse(st, p, t, w) =>
+            {
                 if let Some(ms) = me.lease_ms
                     && !announce(slot, lease, ms)
                 {
@@ -166,8 +169,18 @@ fn carries_death(w: Word) -> bool {
 /// holder that the owner died; it must not be overwritten before an `advance` walked over it.
 /// So such a slot is reused only once a grant has passed `t - N` (`head` beyond it); until
 /// then we help: advance from `head` ourselves (which passes it, and may grant us in advance).
+///
+/// A slot several laps behind (`Behind`) is one whose tickets in between were fast ones that
+/// never touched it: reused once `t - N` is before `head` (then it was before the queue
+/// began: a fast ticket, or final; the word's news, if any, was passed on when its queue
+/// drained). Only an exclusive lock has fast tickets.
 #[inline]
 fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool {
+    if relate(prev.lap(), st.lap(t)) == LapRelation::Behind {
+        // Acquire: pairs with the Release raise of `head` by the first taker to queue.
+        let head = st.header().head.load(Acquire);
+        return !st.is_weighted() && super::frontier::before(t.wrapping_sub(st.slot_count()), head);
+    }
     if !carries_death(prev) {
         return true;
     }

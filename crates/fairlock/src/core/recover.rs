@@ -10,13 +10,14 @@
 
 use super::WaitError;
 use super::advance::{advance, cas};
+use super::fast::{end_fast, fast_holder};
 use super::frontier::{MAX_STEPS, before, step_over_later};
 use super::lapped;
 use super::layout::LockState;
 use super::leasing::{expired, take_over};
 use super::platform::{Liveness, Platform, Tuning};
 use super::word::{LapRelation, State, Word, relate};
-use crate::primitive::Ordering::{Acquire, Relaxed};
+use crate::primitive::Ordering::Acquire;
 
 /// What a [`Watch`] times: (ticket, word, lease field) as observed.
 type Key = (u64, u64, u64);
@@ -184,7 +185,31 @@ pub fn recover<P: Platform>(
     if st.is_weighted() {
         return super::weighted::recover(st, p, me, watch, tuning);
     }
-    let start = st.header().head.load(Relaxed);
+    // Acquire: pairs with the CAS that set `Q` (see `fast`); `head` is loaded after it.
+    let mut lw = st.lock_word(Acquire);
+    if lw.held() {
+        // A fast holder is ahead of every queued ticket: it holds, unless it is dead.
+        let holder = lw.holder();
+        if p.liveness(holder) != Liveness::Dead {
+            return Ahead::Busy;
+        }
+        if let Some((t, i)) = fast_holder(st)
+            && i == holder
+        {
+            end_fast(st, p, holder, t, true);
+            crate::crash_point!("recover.fast_revoked");
+        }
+        // Acquire: as above.
+        lw = st.lock_word(Acquire);
+        if lw.held() {
+            return Ahead::Busy; // another fast holder, or ours not ended yet: look again
+        }
+    }
+    if !lw.queued() {
+        return Ahead::Clear; // nobody holds, nobody queues
+    }
+    // Acquire: after the word.
+    let start = st.header().head.load(Acquire);
     if !before(start, me) {
         // Nothing ahead (or a head beyond us: then we are final or granted already).
         advance(st, p, start, false);
@@ -211,7 +236,7 @@ pub fn recover<P: Platform>(
                 h = step_over_later(st, h, w, Some(me));
                 continue;
             }
-            LapRelation::Previous if state.is_final() => {
+            LapRelation::Previous | LapRelation::Behind if state.is_final() => {
                 // Ticket `h` is taken but unpublished and everything before it is final: it
                 // should be granted in advance. Help (from `start`, to carry the died flag),
                 // then look at it again.
@@ -256,7 +281,7 @@ pub fn recover<P: Platform>(
                 }
             }
             State::Ready => {
-                let next = st.header().next_ticket.load(Relaxed);
+                let next = st.next_ticket();
                 if !before(h, next) {
                     return Ahead::Busy; // not taken yet: only a corrupt file shows it here
                 }

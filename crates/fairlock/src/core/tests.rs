@@ -27,8 +27,25 @@ fn state_of(st: &LockState<'_>, t: u64) -> Option<State> {
 
 /// Publishes a waiter for the next ticket without blocking: lock with a deadline already past
 /// would abandon, so use the internal pieces: take the ticket and CAS the slot to Waiting.
+fn hold_in_slot(st: &LockState<'_>, p: &ModelPlatform, participant: u32) -> Grant {
+    let t = fast::take_queued(st, p);
+    let g = lock_watched(
+        st,
+        p,
+        &me(participant),
+        None,
+        &Tuning::default(),
+        Some(t),
+        recover::Watch::default(),
+    )
+    .unwrap();
+    assert!(!g.fast);
+    g
+}
+
+/// A ticket queued behind whoever holds.
 fn enqueue(st: &LockState<'_>, participant: u32) -> u64 {
-    let t = st.header().next_ticket.fetch_add(1, Relaxed);
+    let t = fast::take_queued(st, &ModelPlatform::new(1));
     let slot = st.slot(t);
     let w = Word(slot.word.load(Relaxed));
     assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);
@@ -71,7 +88,7 @@ fn dead_holder_is_revoked_and_next_is_told() {
     let o = OwnedState::new(8, 4);
     let st = o.view();
     let p = ModelPlatform::new(1_000);
-    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    let g = hold_in_slot(&st, &p, 1);
     let t = enqueue(&st, 2);
     p.set_dead(1, true);
     let mut watch = recover::Watch::default();
@@ -113,7 +130,7 @@ fn unclaimed_pre_grant_is_skipped_after_the_grace_only() {
     let p = ModelPlatform::new(0);
     let tuning = Tuning::default();
     // Ticket 0 is taken but its taker "dies" before claiming the advance grant.
-    let t0 = st.header().next_ticket.fetch_add(1, Relaxed);
+    let t0 = fast::take_queued(&st, &p);
     let t1 = enqueue(&st, 2);
     let mut watch = recover::Watch::default();
     recover::recover(&st, &p, t1, &mut watch, &tuning);
@@ -244,7 +261,7 @@ fn garbage_words_never_panic() {
         }
         st.header().head.store(x.rotate_left(5), Relaxed);
         if round % 2 == 0 {
-            st.header().next_ticket.store(x.rotate_left(9), Relaxed);
+            st.header().word.store(x.rotate_left(9), Relaxed);
         }
         let deadline = Some(p.now_ns() + 3_000_000);
         let _ = lock(&st, &p, &me(1), deadline, &Tuning::default());
@@ -269,7 +286,7 @@ fn taker_skipped_after_the_grace_queues_again() {
     let st = o.view();
     let p = ModelPlatform::new(0);
     let tuning = Tuning::default();
-    let stalled = st.header().next_ticket.fetch_add(1, Relaxed);
+    let stalled = fast::take_queued(&st, &p);
     let t1 = enqueue(&st, 2);
     let mut watch = recover::Watch::default();
     recover::recover(&st, &p, t1, &mut watch, &tuning);
@@ -286,49 +303,72 @@ fn taker_skipped_after_the_grace_queues_again() {
         ticket: t1,
         died: false,
         leased: false,
+        fast: false,
     };
     release(&st, &p, &g1, 2).unwrap();
     let deadline = Some(p.now_ns() + 1);
-    let g = lock_contended(&st, &p, &me(1), deadline, &tuning, stalled).unwrap();
+    let g = lock_watched(
+        &st,
+        &p,
+        &me(1),
+        deadline,
+        &tuning,
+        Some(stalled),
+        recover::Watch::default(),
+    )
+    .unwrap();
     assert!(
         g.ticket > t1,
         "queued again behind the ticket that overtook it"
     );
 }
 
-/// The inlined uncontended release: releases and pre-grants the next ticket when nobody has
-/// published it.
+/// The uncontended path is one CAS each way on the lock word: no slot, no `head` written.
 #[test]
-fn fast_release_pregrants_an_unpublished_next_ticket() {
+fn uncontended_lock_and_release_touch_only_the_lock_word() {
     let o = OwnedState::new(4, 4);
     let st = o.view();
     let p = ModelPlatform::new(1);
-    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
-    assert_eq!(release_unleased_fast(&st, g.ticket, 1), Some(true));
-    assert_eq!(state_of(&st, g.ticket), Some(State::Done));
-    assert_eq!(state_of(&st, g.ticket + 1), Some(State::Ready));
-    // The fast path leaves `head` alone (walks catch up by jumping; see `frontier`).
+    for i in 0..10u64 {
+        let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+        assert!(g.fast && g.ticket == i && !g.died);
+        let w = st.lock_word(Relaxed);
+        assert!(w.held() && !w.queued() && w.holder() == 1, "{w:?}");
+        assert_eq!(release_unleased_fast(&st, g.ticket, 1, true), Some(true));
+        assert_eq!(
+            st.lock_word(Relaxed),
+            lock_word::LockWord::initial(i + 1, false)
+        );
+    }
+    for t in 0..4 {
+        assert_eq!(word(&st, t).0, 0, "slot {t} written");
+    }
     assert_eq!(st.header().head.load(Relaxed), 0);
 }
 
-/// When the next ticket is already published, the fast release stores `Done` and says the
-/// caller must run `advance`, which then grants the waiter.
+/// A fast release that finds someone queued behind it hands the lock over through the slot.
 #[test]
-fn fast_release_leaves_a_published_waiter_to_advance() {
+fn fast_release_hands_over_to_a_queued_waiter() {
     let o = OwnedState::new(4, 4);
     let st = o.view();
     let p = ModelPlatform::new(1);
     let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
     let t = enqueue(&st, 2);
-    assert_eq!(release_unleased_fast(&st, g.ticket, 1), Some(false));
-    assert_eq!(state_of(&st, g.ticket), Some(State::Done));
-    assert_eq!(state_of(&st, t), Some(State::Waiting));
-    advance(&st, &p, g.ticket + 1, false);
+    assert_eq!(t, g.ticket + 1);
+    assert_eq!(
+        st.header().head.load(Relaxed),
+        t,
+        "the first queuer raised head"
+    );
+    assert_eq!(release_unleased_fast(&st, g.ticket, 1, true), Some(false));
+    finish_unleased_release(&st, &p, g.ticket, 1, true, Some(false)).unwrap();
     assert_eq!(state_of(&st, t), Some(State::Granted));
+    assert!(!word(&st, t).died());
+    assert!(!st.lock_word(Relaxed).held());
 }
 
-/// A grant that is no longer ours (revoked as dead) is left alone by the fast release: it
-/// returns `None` without writing, and the full `release` reports the loss.
+/// A fast grant revoked as dead is left alone by its holder's release: the CAS fails, and the
+/// full release reports the loss without writing anything.
 #[test]
 fn fast_release_changes_nothing_when_the_grant_is_not_ours() {
     let o = OwnedState::new(8, 4);
@@ -339,13 +379,59 @@ fn fast_release_changes_nothing_when_the_grant_is_not_ours() {
     p.set_dead(1, true);
     let mut watch = recover::Watch::default();
     recover::recover(&st, &p, t, &mut watch, &Tuning::default());
-    assert_eq!(state_of(&st, g.ticket), Some(State::Revoked));
+    assert!(!st.lock_word(Relaxed).held());
+    assert_eq!(state_of(&st, t), Some(State::Granted));
+    assert!(word(&st, t).died());
     let before: Vec<u64> = (0..8).map(|i| word(&st, i).0).collect();
-    assert_eq!(release_unleased_fast(&st, g.ticket, 1), None);
+    let lw = st.lock_word(Relaxed);
+    assert_eq!(release_unleased_fast(&st, g.ticket, 1, true), Some(false));
+    assert!(release(&st, &p, &g, 1).is_err());
     let after: Vec<u64> = (0..8).map(|i| word(&st, i).0).collect();
     assert_eq!(before, after);
-    assert!(release(&st, &p, &g, 1).is_err());
-    assert_eq!(state_of(&st, t), Some(State::Granted));
+    assert_eq!(lw, st.lock_word(Relaxed));
+}
+
+/// A dead fast holder with nobody queued: the next taker's `try_lock` revokes it and is told.
+#[test]
+fn dead_fast_holder_is_revoked_by_try_lock_and_told() {
+    let o = OwnedState::new(4, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    assert!(g.fast);
+    assert_eq!(try_lock(&st, &p, &me(2), &Tuning::default()).unwrap(), None);
+    p.set_dead(1, true);
+    let g2 = try_lock(&st, &p, &me(2), &Tuning::default())
+        .unwrap()
+        .expect("only the dead held it");
+    assert!(g2.fast && g2.died && g2.ticket == g.ticket + 1);
+    release(&st, &p, &g2, 2).unwrap();
+    let g3 = lock(&st, &p, &me(2), None, &Tuning::default()).unwrap();
+    assert!(!g3.died, "told twice");
+}
+
+/// A leased lock is always granted through its slot; one taken from a free word carries the
+/// word's died flag into that grant.
+#[test]
+fn leased_lock_queues_behind_itself_and_keeps_the_news() {
+    let o = OwnedState::new(4, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(1_000);
+    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    revoke_own(&st, &p, &g, 1).unwrap();
+    assert!(st.lock_word(Relaxed).died());
+    let leased = Me {
+        lease_ms: Some(1_000),
+        ..me(2)
+    };
+    let g2 = lock(&st, &p, &leased, None, &Tuning::default()).unwrap();
+    assert!(!g2.fast && g2.leased && g2.died);
+    assert_eq!(state_of(&st, g2.ticket), Some(State::Held));
+    release(&st, &p, &g2, 2).unwrap();
+    let w = st.lock_word(Relaxed);
+    assert!(!w.queued() && !w.held() && !w.died(), "{w:?}");
+    let g3 = lock(&st, &p, &me(3), None, &Tuning::default()).unwrap();
+    assert!(g3.fast && !g3.died && g3.token() > g2.token());
 }
 
 /// A dead holder followed by dead waiters: one `recover` pass by the live waiter behind them
@@ -357,7 +443,7 @@ fn recover_clears_a_run_of_dead_tickets_in_one_pass() {
     let o = OwnedState::new(8, 8);
     let st = o.view();
     let p = ModelPlatform::new(1_000);
-    let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
+    let g = hold_in_slot(&st, &p, 1);
     let dead_waiters: Vec<u64> = (2..=4).map(|i| enqueue(&st, i)).collect();
     let live = enqueue(&st, 5);
     for i in 1..=4 {
@@ -385,7 +471,7 @@ fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
     let st = o.view();
     let p = ModelPlatform::new(1);
     let t = Tuning::default();
-    let _g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let _g0 = hold_in_slot(&st, &p, 0);
     // Ticket 1 waits and gives up; ticket 2 is lapped (slot 0 still ticket 0's) and gives up.
     assert_eq!(lock(&st, &p, &me(1), Some(0), &t), Err(WaitError::Timeout));
     assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
@@ -405,7 +491,7 @@ fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
     // And the whole of it through the real code:
     let o = OwnedState::new(2, 4);
     let st = o.view();
-    let g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let g0 = hold_in_slot(&st, &p, 0);
     assert_eq!(lock(&st, &p, &me(1), Some(0), &t), Err(WaitError::Timeout));
     assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
     revoke_own(&st, &p, &g0, 0).unwrap();
@@ -422,7 +508,7 @@ fn a_lapped_zero_timeout_recovers_before_it_gives_up() {
     let st = o.view();
     let p = ModelPlatform::new(1);
     let t = Tuning::default();
-    let _g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let _g0 = hold_in_slot(&st, &p, 0);
     let _t1 = enqueue(&st, 1);
     p.set_dead(0, true);
     p.set_dead(1, true);
@@ -451,7 +537,7 @@ fn a_storm_of_lapped_timeouts_costs_no_grace() {
     let st = o.view();
     let p = ModelPlatform::new(0);
     let t = Tuning::default();
-    let g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let g0 = hold_in_slot(&st, &p, 0);
     let _t1 = enqueue(&st, 1);
     for _ in 0..20 {
         assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
@@ -462,7 +548,7 @@ fn a_storm_of_lapped_timeouts_costs_no_grace() {
         c => panic!("{c:?}"),
     };
     release(&st, &p, &g1, 1).unwrap();
-    let next = st.header().next_ticket.load(Relaxed);
+    let next = st.next_ticket();
     let mut watch = recover::Watch::default();
     let mut graces = 0;
     loop {
@@ -486,11 +572,11 @@ fn try_lock_waits_one_grace_at_most() {
     let st = o.view();
     let p = ModelPlatform::new(1_000_000); // each clock read: 1 ms
     let t = Tuning::default();
-    let _g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let _g0 = hold_in_slot(&st, &p, 0);
     let _t1 = enqueue(&st, 1);
     // Tickets taken and never published, nor recorded (their takers died at once).
     for _ in 0..20 {
-        st.header().next_ticket.fetch_add(1, Relaxed);
+        fast::take_queued(&st, &p);
     }
     p.set_dead(0, true);
     p.set_dead(1, true);
@@ -514,7 +600,7 @@ fn no_false_owner_died_after_a_normal_release() {
     let st = o.view();
     let p = ModelPlatform::new(1);
     let t = Tuning::default();
-    let g0 = lock(&st, &p, &me(0), None, &t).unwrap();
+    let g0 = hold_in_slot(&st, &p, 0);
     let t1 = enqueue(&st, 1);
     // Ticket 2 is lapped (slot 0 still ticket 0's, held) and times out: a run of one.
     assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
@@ -533,7 +619,7 @@ fn no_false_owner_died_after_a_normal_release() {
     let g3 = lock(&st, &p, &me(3), None, &t).unwrap();
     assert_eq!(g3.ticket, 3);
     // The releaser resumes.
-    let _ = advance::try_pregrant(&st, 2);
+    advance(&st, &p, 2, false);
     assert!(
         !g3.died,
         "owner_died reported although ticket 1 released normally"
@@ -549,7 +635,7 @@ fn try_lock_skips_one_dead_pregrant() {
         let st = o.view();
         let p = ModelPlatform::new(tick);
         let t = Tuning::default();
-        st.header().next_ticket.fetch_add(1, Relaxed); // ticket 0: Ready, never claimed
+        fast::take_queued(&st, &p); // ticket 0: Ready, never claimed
         let mut got = None;
         for _ in 0..5 {
             if let Some(g) = try_lock(&st, &p, &me(3), &t).unwrap() {

@@ -3,14 +3,16 @@
 //! before they answer.
 
 use super::advance::cas;
-use super::claim::{Claim, claim_granted, claim_ready, stamp_since};
+use super::claim::{Claim, claim_granted, stamp_since};
+use super::fast::{Taken, take, try_fast};
 use super::layout::{LockState, Slot};
+use super::lock_word::LockWord;
 use super::platform::{Platform, Tuning};
 use super::publish::{Published, publish};
 use super::recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
-use crate::primitive::Ordering::Relaxed;
+use crate::primitive::Ordering::{Acquire, Relaxed};
 use crate::primitive::spin_step;
 
 /// How many times in a row a waiter may find its ticket skipped before we call the file
@@ -19,11 +21,12 @@ use crate::primitive::spin_step;
 /// so a handful of retries is already extraordinary.
 const MAX_RETAKES: u32 = 1000;
 
-/// Acquires the lock: takes a ticket and waits for its grant, until `deadline` (on
-/// [`Platform::now_ns`]'s clock) if given. A waiter that times out gives its ticket up, so
-/// nobody behind it waits for it; a grant that races the timeout wins. Before it gives up,
-/// it recovers what is stuck ahead (a dead holder, a dead grantee, a pre-grant nobody claims),
-/// so even a deadline already past gets a lock that only the dead were keeping.
+/// Acquires the lock: takes it from the lock word if it is free (one CAS), else takes a
+/// ticket and waits for its grant, until `deadline` (on [`Platform::now_ns`]'s clock) if
+/// given. A waiter that times out gives its ticket up, so nobody behind it waits for it; a
+/// grant that races the timeout wins. Before it gives up, it recovers what is stuck ahead (a
+/// dead holder, a dead grantee, a pre-grant nobody claims), so even a deadline already past
+/// gets a lock that only the dead were keeping.
 #[inline(always)]
 pub fn lock<P: Platform>(
     st: &LockState<'_>,
@@ -32,52 +35,46 @@ pub fn lock<P: Platform>(
     deadline: Option<u64>,
     tuning: &Tuning,
 ) -> Result<Grant, WaitError> {
-    // Relaxed: a ticket is only a number; synchronisation is on the slot words.
-    let t = st.header().next_ticket.fetch_add(1, Relaxed);
-    crate::crash_point!("acquire.ticket_taken");
     if me.lease_ms.is_none()
         && !st.is_weighted()
-        && let Some(g) = claim_ready(st, t, me.participant)
+        && let Some(g) = try_fast(st, me.participant)
     {
         return Ok(g);
     }
-    lock_contended(st, p, me, deadline, tuning, t)
+    lock_watched(st, p, me, deadline, tuning, None, Watch::default())
 }
 
-/// The rest of [`lock`] once the fast claim of ticket `first` failed: publish, wait, claim.
-#[cold]
-#[inline(never)]
-pub fn lock_contended<P: Platform>(
-    st: &LockState<'_>,
-    p: &P,
-    me: &Me,
-    deadline: Option<u64>,
-    tuning: &Tuning,
-    first: u64,
-) -> Result<Grant, WaitError> {
-    lock_watched(st, p, me, deadline, tuning, first, Watch::default())
-}
-
-/// [`lock_contended`] with a [`Watch`] of the caller's: one made by
-/// [`Watch::interruptible`] gives the ticket up (as at the deadline) once its hook says so,
-/// with [`WaitError::Interrupted`]. A grant that races the interruption wins: the caller then
+/// The rest of [`lock`] once the fast path failed: take a ticket (which may still find the
+/// lock free), publish, wait, claim. `first`: a ticket the caller already took (`try_lock` of
+/// a weighted kind), else one is taken here. A [`Watch`] made by [`Watch::interruptible`]
+/// gives the ticket up (as at the deadline) once its hook says so, with
+/// [`WaitError::Interrupted`]. A grant that races the interruption wins: the caller then
 /// holds the lock.
 #[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
 pub fn lock_watched<P: Platform>(
     st: &LockState<'_>,
     p: &P,
     me: &Me,
     deadline: Option<u64>,
     tuning: &Tuning,
-    first: u64,
+    first: Option<u64>,
     mut watch: Watch<'_>,
 ) -> Result<Grant, WaitError> {
-    let mut t = first;
+    let mut first = first;
     for _ in 0..MAX_RETAKES {
+        let t = match first.take() {
+            Some(t) => t,
+            None => match take(st, p, me) {
+                Taken::Fast(g) => return Ok(g),
+                Taken::Queued(t) => t,
+            },
+        };
         match publish(st, p, t, me, deadline, tuning, &mut watch)? {
             Published::Held(g) => return Ok(g),
             // Our ticket is gone (we stalled past the grace, or our pending lease was revoked):
-            // queue again with a new ticket, below. (Retrying the old one was a bug.)
+            // queue again with a new ticket. (Retrying the old one was a bug.)
             Published::Skipped => {}
             Published::Waiting(w) => {
                 if let Some(g) = wait_for_grant(st, p, t, w, me, deadline, tuning, &mut watch)? {
@@ -85,18 +82,17 @@ pub fn lock_watched<P: Platform>(
                 }
             }
         }
-        // Relaxed: as in `lock`.
-        t = st.header().next_ticket.fetch_add(1, Relaxed);
     }
     Err(WaitError::Corrupt("our ticket was skipped over and over"))
 }
 
 /// How many recover-and-look rounds `try_lock` makes when a round found the way clear but the
-/// next ticket not (yet) granted in advance — someone else's ticket raced ours.
+/// lock not free — someone else's ticket raced ours.
 const TRY_ROUNDS: u32 = 8;
 
-/// Takes the lock only if nobody live holds it or waits for it: then the next ticket's slot is
-/// `Ready`, and we take that ticket with a CAS on `next_ticket` (never joining the queue).
+/// Takes the lock only if nobody live holds it or waits for it: then the lock word is free,
+/// and we take it from the word (never joining the queue; with a lease, a ticket granted at
+/// once through its slot).
 ///
 /// Before it answers "busy" it recovers what only the dead are keeping: a dead holder is
 /// revoked, a dead waiter or grantee skipped, an expired lease taken over. A pre-grant that its
@@ -112,7 +108,6 @@ pub fn try_lock<P: Platform>(
     if st.is_weighted() {
         return try_weighted(st, p, me, tuning);
     }
-    let hdr = st.header();
     let mut watch = Watch::default();
     let mut rounds = 0;
     // Waiting for unclaimed pre-grants is bounded by one grace in all, not one per ticket: a
@@ -123,28 +118,68 @@ pub fn try_lock<P: Platform>(
     let mut give_up_at: Option<u64> = None;
     loop {
         let started = p.now_ns();
-        let t = hdr.next_ticket.load(Relaxed);
-        // Relaxed: only a pre-check; the claim re-reads with Acquire.
-        let w = Word(st.slot(t).word.load(Relaxed));
-        if relate(w.lap(), st.lap(t)) == LapRelation::Same && w.state() == Some(State::Ready) {
-            return take_free_ticket(st, p, t, me, tuning, &mut watch);
-        }
-        match recover(st, p, t, &mut watch, tuning) {
-            Ahead::Busy => return Ok(None),
-            Ahead::Clear => {
-                rounds += 1;
-                if rounds > TRY_ROUNDS {
-                    return Ok(None);
+        // Acquire: as in `fast::take`.
+        let w = st.lock_word(Acquire);
+        if !w.held() && !w.queued() {
+            if let Some(g) = take_free(st, p, w, me, tuning, &mut watch)? {
+                return Ok(Some(g));
+            }
+        } else {
+            let t = st.ticket_of(w);
+            match recover(st, p, t, &mut watch, tuning) {
+                Ahead::Busy => return Ok(None),
+                Ahead::Clear => {}
+                Ahead::Unclaimed(seen) => {
+                    let now = p.now_ns();
+                    let limit = *give_up_at
+                        .get_or_insert(now.saturating_sub(seen).saturating_add(tuning.grace_ns));
+                    if started >= limit {
+                        return Ok(None);
+                    }
+                    p.pause(Some(now.saturating_add(100_000).min(limit)));
+                    continue;
                 }
             }
-            Ahead::Unclaimed(seen) => {
-                let now = p.now_ns();
-                let limit = *give_up_at
-                    .get_or_insert(now.saturating_sub(seen).saturating_add(tuning.grace_ns));
-                if started >= limit {
-                    return Ok(None);
-                }
-                p.pause(Some(now.saturating_add(100_000).min(limit)));
+        }
+        rounds += 1;
+        if rounds > TRY_ROUNDS {
+            return Ok(None);
+        }
+    }
+}
+
+/// `try_lock` found the lock word free (`w`): take the lock from it — the fast way without a
+/// lease; with one, a ticket granted at once through its slot ([`take`]), given back if
+/// someone queued ahead meanwhile. `None`: someone else took it first.
+fn take_free<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    w: LockWord,
+    me: &Me,
+    tuning: &Tuning,
+    watch: &mut Watch<'_>,
+) -> Result<Option<Grant>, WaitError> {
+    if me.lease_ms.is_none() {
+        return Ok(try_fast(st, me.participant));
+    }
+    // Acquire: as in `fast::take`.
+    if st.lock_word(Acquire) != w {
+        return Ok(None);
+    }
+    let t = match take(st, p, me) {
+        Taken::Fast(g) => return Ok(Some(g)), // not with a lease; for completeness
+        Taken::Queued(t) => t,
+    };
+    match publish(st, p, t, me, Some(0), tuning, watch)? {
+        Published::Held(g) => Ok(Some(g)),
+        Published::Skipped => Ok(None),
+        Published::Waiting(mine) => {
+            // Someone took the lock between our look and our ticket: we wait for nothing
+            // (a deadline already past), giving the ticket up unless it is granted at once.
+            match wait_for_grant(st, p, t, mine, me, Some(0), tuning, watch) {
+                Ok(g) => Ok(g),
+                Err(WaitError::Timeout) => Ok(None),
+                Err(e) => Err(e),
             }
         }
     }
@@ -165,19 +200,15 @@ fn try_weighted<P: Platform>(
     for _ in 0..TRY_ROUNDS {
         let started = p.now_ns();
         // Relaxed: a ticket is only a number.
-        let t = st.header().next_ticket.load(Relaxed);
+        let w = st.lock_word(Relaxed);
+        let t = st.ticket_of(w);
         let ahead = recover(st, p, t, &mut watch, tuning);
         if super::weighted::admits(st, p, t, me.shared) {
-            if st
-                .header()
-                .next_ticket
-                .compare_exchange(t, t.wrapping_add(1), Relaxed, Relaxed)
-                .is_err()
-            {
+            if !st.take_ticket_if(w) {
                 continue; // someone took it first: look again
             }
             crate::crash_point!("acquire.ticket_taken");
-            return match lock_watched(st, p, me, Some(0), tuning, t, watch) {
+            return match lock_watched(st, p, me, Some(0), tuning, Some(t), watch) {
                 Ok(g) => Ok(Some(g)),
                 Err(WaitError::Timeout) => Ok(None),
                 Err(e) => Err(e),
@@ -199,44 +230,6 @@ fn try_weighted<P: Platform>(
         }
     }
     Ok(None)
-}
-
-/// `try_lock` found ticket `t` pre-granted: take it (CAS on `next_ticket`) and claim it.
-fn take_free_ticket<P: Platform>(
-    st: &LockState<'_>,
-    p: &P,
-    t: u64,
-    me: &Me,
-    tuning: &Tuning,
-    watch: &mut Watch<'_>,
-) -> Result<Option<Grant>, WaitError> {
-    if st
-        .header()
-        .next_ticket
-        .compare_exchange(t, t.wrapping_add(1), Relaxed, Relaxed)
-        .is_err()
-    {
-        return Ok(None); // someone took it first: they are ahead of us
-    }
-    crate::crash_point!("acquire.ticket_taken");
-    if me.lease_ms.is_none()
-        && let Some(g) = claim_ready(st, t, me.participant)
-    {
-        return Ok(Some(g));
-    }
-    // Ticket `t` is ours and was Ready: only we can claim it (or a grace skip, if we stall).
-    match publish(st, p, t, me, Some(0), tuning, watch)? {
-        Published::Held(g) => Ok(Some(g)),
-        Published::Skipped => Ok(None),
-        Published::Waiting(w) => {
-            // Not reachable in a consistent file (the slot was Ready for our lap); give the
-            // ticket back so nobody waits for it.
-            if !cas(st.slot(t), w, w.with_state(State::Abandoned)) {
-                return Err(WaitError::Corrupt("try_lock ticket changed under us"));
-            }
-            Ok(None)
-        }
-    }
 }
 
 /// Waits for the grant of our published ticket `t`. `Ok(None)`: the ticket was skipped.
@@ -365,9 +358,18 @@ fn spin_while<P: Platform>(p: &P, slot: &Slot, w: Word, until: u64, deadline: Op
 /// Whether the ticket just before ours (looking past a few final ones) holds or is granted:
 /// then we are next and worth spinning for.
 fn next_in_line(st: &LockState<'_>, t: u64) -> bool {
+    // Relaxed: a heuristic. At or before `head`, every ticket ahead is final or the fast
+    // holder's: we are first in line.
+    let head = st.header().head.load(Relaxed);
+    if !super::frontier::before(head, t) {
+        return true;
+    }
     let limit = 4u64.min(st.slot_count() - 1);
     for k in 1..=limit {
         let u = t.wrapping_sub(k);
+        if super::frontier::before(u, head) {
+            return true;
+        }
         // Relaxed: a heuristic (spin or park); correctness does not depend on it.
         let w = Word(st.slot(u).word.load(Relaxed));
         match (relate(w.lap(), st.lap(u)), w.state()) {

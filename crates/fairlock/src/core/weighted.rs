@@ -311,7 +311,7 @@ pub fn recover<P: Platform>(
                 // or stalls; after the grace (or at once, if its lapped record says it gave up
                 // or died) the ticket is skipped, and a stalled taker takes another.
                 // Relaxed: a ticket is only a number.
-                let next = st.header().next_ticket.load(Relaxed);
+                let next = st.next_ticket();
                 if !before(h, next) {
                     break;
                 }
@@ -409,7 +409,7 @@ pub fn holds_already(st: &LockState<'_>, participant: u32, tid: u32) -> bool {
     };
     // Relaxed: a bound for the look below; `head` is a lower bound of every unfinished ticket.
     let head = st.header().head.load(Relaxed);
-    let next = st.header().next_ticket.load(Relaxed);
+    let next = st.next_ticket();
     let span = next.wrapping_sub(head);
     if span <= n {
         // Every unfinished ticket lies in [head, next): look at those tickets' slots only (the
@@ -433,7 +433,7 @@ mod tests {
 
     /// Takes a ticket and publishes it (as `publish` does, walk included), without waiting.
     fn enqueue(st: &LockState<'_>, p: &ModelPlatform, who: &Me) -> u64 {
-        let t = st.header().next_ticket.fetch_add(1, Relaxed);
+        let t = st.take_ticket();
         let slot = st.slot(t);
         let w = Word(slot.word.load(Relaxed));
         assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);
@@ -561,7 +561,7 @@ mod tests {
         let p = ModelPlatform::new(1);
         let t = Tuning::default();
         // A taker that died between its ticket and its publication.
-        let lost = st.header().next_ticket.fetch_add(1, Relaxed);
+        let lost = st.take_ticket();
         let b = enqueue(&st, &p, &me(2, true));
         assert_eq!(state_of(&st, b), Some(State::Waiting));
         let mut watch = Watch::default();
@@ -679,7 +679,7 @@ mod stress {
                             return;
                         }
                         let who = me(k + 1);
-                        let t = st.header().next_ticket.fetch_add(1, Relaxed);
+                        let t = st.take_ticket();
                         let tuning = Tuning::default();
                         let mut watch = Watch::default();
                         let Ok(Published::Waiting(_)) =

@@ -109,7 +109,7 @@ fn a_waiter_behind_an_unpublished_ticket_is_told_of_the_death_before_it() {
     p.set_dead(1, true);
     release(&st, &p, &r1, 2).unwrap();
     // A taker (participant 3) takes ticket 2 and is preempted before it publishes.
-    let stalled = st.header().next_ticket.fetch_add(1, Relaxed);
+    let stalled = st.take_ticket();
     assert_eq!(stalled, 2);
     // A writer arrives (ticket 3, slot 1: free). One second of model time is plenty: the
     // grace is 50 ms.
@@ -348,7 +348,7 @@ fn two_frozen_leased_grantees_are_passed_over() {
     let t = Tuning::default();
     for participant in [1, 2] {
         let who = leased(participant, 10 + participant, 100);
-        let tk = st.header().next_ticket.fetch_add(1, Relaxed);
+        let tk = st.take_ticket();
         let mut watch = Watch::default();
         assert!(matches!(
             publish(&st, &p, tk, &who, None, &t, &mut watch),

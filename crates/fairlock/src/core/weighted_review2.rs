@@ -75,7 +75,7 @@ fn review2_five_frozen_leased_grantees_are_passed_over() {
             lease_ms: Some(200),
             shared: true,
         };
-        let tk = st.header().next_ticket.fetch_add(1, Relaxed);
+        let tk = st.take_ticket();
         let mut watch = Watch::default();
         assert!(matches!(
             publish(&st, &p, tk, &who, None, &t, &mut watch),
@@ -116,7 +116,7 @@ fn review2_a_free_permit_is_granted_next_to_seventeen_long_holders() {
         let g = lock(&st, &p, &me(2, true), in_ms(&p, 10), &t).unwrap_or_else(|e| {
             panic!(
                 "acquisition {i} (next ticket {}), 3 permits free: {e:?}",
-                st.header().next_ticket.load(Relaxed)
+                st.next_ticket()
             )
         });
         release(&st, &p, &g, 2).unwrap();

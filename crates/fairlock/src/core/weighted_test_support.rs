@@ -52,7 +52,7 @@ pub(super) fn in_ms(p: &ModelPlatform, ms: u64) -> Option<u64> {
 /// Takes the next ticket and publishes its `Waiting` word without the walk that `publish`
 /// does after it: a taker preempted between its publication CAS and its walk.
 pub(super) fn publish_without_walk(st: &LockState<'_>, who: &Me) -> u64 {
-    let t = st.header().next_ticket.fetch_add(1, Relaxed);
+    let t = st.take_ticket();
     let slot = st.slot(t);
     let w = Word(slot.word.load(Relaxed));
     assert_eq!(relate(w.lap(), st.lap(t)), LapRelation::Previous);

@@ -2,6 +2,7 @@
 
 use crate::core::Geometry;
 use crate::core::layout::{HEADER_SIZE, SLOT_SIZE, VERSION};
+use crate::core::lock_word::{COUNTER_BITS, LockWord};
 use crate::core::word::{State, Word, lap_of};
 
 /// The bytes of a freshly initialised lock state — header, participants, slots; not the data
@@ -28,7 +29,11 @@ pub fn initial_image(g: Geometry, boot_id: [u64; 2], next_ticket: u64, magic: u6
     put64(&mut img, 16, g.file_size as u64);
     put64(&mut img, 48, boot_id[0]);
     put64(&mut img, 56, boot_id[1]);
-    put64(&mut img, 64, next_ticket);
+    // The lock word: free (an exclusive lock takes its first ticket the fast way), or queued
+    // for good (a weighted kind); the epoch after it.
+    let word = LockWord::initial(next_ticket, g.kind.is_weighted());
+    put64(&mut img, 64, word.0);
+    put64(&mut img, 72, next_ticket >> COUNTER_BITS);
     put64(&mut img, 128, next_ticket);
     put64(&mut img, 136, g.data_offset as u64);
     put64(&mut img, 144, g.data.size);
@@ -41,13 +46,7 @@ pub fn initial_image(g: Geometry, boot_id: [u64; 2], next_ticket: u64, magic: u6
     for s in 0..n {
         let t = next_ticket.wrapping_add(s.wrapping_sub(next_ticket) & (n - 1));
         let prev_lap = lap_of(t, shift).wrapping_sub(1);
-        // The first ticket of an exclusive lock is granted in advance, as after any release;
-        // weighted kinds grant nothing in advance (see `core::weighted`).
-        let w = if t == next_ticket && !g.kind.is_weighted() {
-            Word::new(lap_of(t, shift), 0, State::Ready, false)
-        } else {
-            Word::new(prev_lap, 0, State::Done, false)
-        };
+        let w = Word::new(prev_lap, 0, State::Done, false);
         put64(&mut img, g.slots_offset + s as usize * SLOT_SIZE, w.0);
     }
     img

@@ -93,7 +93,11 @@ impl NamesMap {
     /// Record `r`'s next ticket (under the names lock, while nobody uses the record).
     pub fn record_next_ticket(&self, r: u32) -> u64 {
         // Relaxed: under the names lock; nobody takes tickets of an unused record.
-        self.image_header(r).next_ticket.load(Relaxed)
+        let h = self.image_header(r);
+        crate::core::lock_word::full_ticket(
+            crate::core::lock_word::LockWord(h.word.load(Relaxed)),
+            h.epoch.load(Relaxed),
+        )
     }
 
     /// The mapping of record `r`'s lock image, of kind `kind`.

@@ -7,6 +7,7 @@
 //! `base + geometry.file_size` bytes long and lives as long as `self` (shared by the views of a
 //! file's named locks); `geometry` was validated against the file's length before mapping.
 
+use crate::core::lock_word::{LockWord, full_ticket};
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -22,7 +23,11 @@ use crate::primitive::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::sys::ofd;
 
 /// Offsets of the fields `inspect` reads (see `docs/FILE_FORMAT.md`).
-const NEXT_TICKET: usize = 64;
+const LOCK_WORD: usize = 64;
+const EPOCH: usize = 72;
+const FAST_STAMP: usize = 80;
+const FAST_SINCE: usize = 88;
+const FAST_TID: usize = 96;
 const HEAD: usize = 128;
 const P_PID: usize = 8;
 const P_CLAIM: usize = 16;
@@ -192,9 +197,23 @@ impl ReadOnlyView {
             .then(|| self.geometry.participants_offset + i as usize * PARTICIPANT_SIZE + field)
     }
 
+    /// The lock word.
+    pub fn lock_word(&self) -> LockWord {
+        LockWord(self.u64_at(LOCK_WORD))
+    }
+
     /// The next ticket to be handed out.
     pub fn next_ticket(&self) -> u64 {
-        self.u64_at(NEXT_TICKET)
+        full_ticket(self.lock_word(), self.u64_at(EPOCH))
+    }
+
+    /// The fast holder's informational (stamp, since, tid), written by `stamp_time`.
+    pub fn fast_stamps(&self) -> (u64, u64, u32) {
+        (
+            self.u64_at(FAST_STAMP),
+            self.u64_at(FAST_SINCE),
+            self.u32_at(FAST_TID),
+        )
     }
 
     /// The `head` hint.

@@ -142,13 +142,13 @@ pub fn validate_header(head: &[u8], len: u64) -> Verdict {
     if magic == MAGIC_REINIT {
         return Verdict::Reinit {
             geometry,
-            next_ticket: u64_at(head, 64),
+            next_ticket: next_ticket_at(head),
         };
     }
     Verdict::Valid {
         geometry,
         boot_id: [u64_at(head, 48), u64_at(head, 56)],
-        next_ticket: u64_at(head, 64),
+        next_ticket: next_ticket_at(head),
     }
 }
 
@@ -192,6 +192,14 @@ fn validate_names(head: &[u8], len: u64, magic: u64) -> Verdict {
         geometry,
         boot_id: [u64_at(head, 48), u64_at(head, 56)],
     }
+}
+
+/// The next ticket a header's lock word (offset 64) and epoch (offset 72) name.
+fn next_ticket_at(head: &[u8]) -> u64 {
+    crate::core::lock_word::full_ticket(
+        crate::core::lock_word::LockWord(u64_at(head, 64)),
+        u64_at(head, 72),
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,312 @@
+//! The lock word's transitions ([`super::lock_word`]): the uncontended acquire and release (one
+//! compare-and-swap each), taking a ticket to queue, and ending a fast grant when someone
+//! queued behind it or its holder died.
+//!
+//! # Orderings
+//!
+//! * A fast acquire is an `Acquire` CAS on the word; every CAS that frees the word — a fast
+//!   release, the drain of a queue, the revocation of a dead fast holder — is `Release` (or
+//!   `AcqRel`), and a drain's walker read the last queued holder's `Done` with `Acquire`
+//!   first. So the previous critical section happens-before the next one, whichever way the
+//!   lock went.
+//! * The first taker to queue raises `head` (a `Release` CAS) *before* its CAS sets `Q`
+//!   (`AcqRel`); walkers load the word with `Acquire` and `head` after it, so a walker that
+//!   sees `Q` sees `head` at or after the first queued ticket, and never walks the slots of
+//!   fast tickets (which never touched their slots).
+//! * Taking a queued ticket is an `AcqRel` CAS, part of the word's release sequence; the slot
+//!   protocol orders everything after it.
+
+use super::advance::{Walked, advance, walk};
+use super::frontier::raise_head;
+use super::layout::LockState;
+use super::lock_word::LockWord;
+use super::platform::Platform;
+use super::{Grant, Me};
+use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// The uncontended acquire: if nobody holds or queues, one CAS takes the next ticket and
+/// grants it (the died flag is the word's `D`, which the CAS clears). `None`: held or queued
+/// (or the CAS lost a race); the caller queues with [`take`].
+#[inline(always)]
+pub fn try_fast(st: &LockState<'_>, participant: u32) -> Option<Grant> {
+    // Relaxed: only a guess at the value the CAS below expects.
+    let w = st.lock_word(Relaxed);
+    if w.held() || w.queued() {
+        return None;
+    }
+    // Acquire: pairs with the Release CAS that freed the word (see the module notes).
+    st.header()
+        .word
+        .compare_exchange(w.0, w.acquired(participant).0, Acquire, Relaxed)
+        .ok()?;
+    crate::crash_point!("fast.acquired");
+    Some(Grant {
+        ticket: st.ticket_of(w),
+        died: w.died(),
+        leased: false,
+        fast: true,
+    })
+}
+
+/// The uncontended release of fast grant `t`: one CAS from exactly the word its acquire left
+/// to the same word unheld. False if the word changed (someone queued, or the grant was
+/// revoked): the caller then runs [`end_fast`].
+#[inline(always)]
+pub fn release_fast(st: &LockState<'_>, t: u64, participant: u32) -> bool {
+    let held = LockWord::fast_held(t, participant);
+    // Release: publishes our critical section to the next acquirer's Acquire CAS.
+    st.header()
+        .word
+        .compare_exchange(held.0, held.unheld().0, Release, Relaxed)
+        .is_ok()
+}
+
+/// Whether the word still shows fast grant `t` of `participant` (for `check`): held by it,
+/// with the counter at `t + 1` while nobody queues, `head` there while somebody does (see
+/// [`end_fast`]).
+pub fn is_fast_grant(st: &LockState<'_>, t: u64, participant: u32) -> bool {
+    // Acquire: a revocation's news, if any, comes with the change.
+    let w = st.lock_word(Acquire);
+    if !w.held() || w.holder() != participant {
+        return false;
+    }
+    let after = if w.queued() {
+        // Acquire: after the word.
+        st.header().head.load(Acquire)
+    } else {
+        st.ticket_of(w)
+    };
+    after == t.wrapping_add(1)
+}
+
+/// How a ticket was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// The lock was free: the word granted it (no lease was asked for).
+    Fast(Grant),
+    /// A ticket to publish in its slot and wait for.
+    Queued(u64),
+}
+
+/// CAS on the lock word. `AcqRel`: a release for whoever reads the new value (the next fast
+/// acquirer, a walker), an acquire of whatever the replaced value published.
+#[inline]
+pub(crate) fn cas_word(st: &LockState<'_>, from: LockWord, to: LockWord) -> bool {
+    st.header()
+        .word
+        .compare_exchange(from.0, to.0, AcqRel, Acquire)
+        .is_ok()
+}
+
+/// Takes a ticket for `me`: granted at once by the word if the lock is free and `me` asks for
+/// no lease; otherwise a ticket to queue with, `Q` set by the first taker to queue (after it
+/// raised `head` to its ticket). Leased grants always live in slots: a leased taker that
+/// finds the lock free sets `Q` with its ticket and walks (which pre-grants it) — unless the
+/// word carries a death's news (`D`), which a taker killed between those two steps would lose:
+/// then it takes the lock fast (the news in its grant), queues behind itself and passes the
+/// fast grant on to that ticket with the news.
+pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
+    if st.is_weighted() {
+        return Taken::Queued(st.take_ticket());
+    }
+    loop {
+        // Acquire: see the module notes.
+        let w = st.lock_word(Acquire);
+        if w.held() || w.queued() {
+            if let Some(t) = take_behind(st, w) {
+                return Taken::Queued(t);
+            }
+            continue;
+        }
+        if me.lease_ms.is_some() && !w.died() {
+            // A leased taker of a free lock with no news to pass on: queue at once (its
+            // ticket is pre-granted by the walk; one killed in between leaves a taken,
+            // unpublished ticket, which the next walker pre-grants and skips after the grace).
+            let t = st.ticket_of(w);
+            raise_head(st, t);
+            if cas_word(st, w, w.taken().with_queued()) {
+                crate::crash_point!("acquire.ticket_taken");
+                advance(st, p, t, false);
+                return Taken::Queued(t);
+            }
+            continue;
+        }
+        // Acquire: as in `try_fast`.
+        if st
+            .header()
+            .word
+            .compare_exchange(w.0, w.acquired(me.participant).0, Acquire, Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        crate::crash_point!("fast.acquired");
+        let first = Grant {
+            ticket: st.ticket_of(w),
+            died: w.died(),
+            leased: false,
+            fast: true,
+        };
+        if me.lease_ms.is_none() {
+            return Taken::Fast(first);
+        }
+        let t = loop {
+            // Acquire: as above. The word is held by us, so it is held or queued.
+            let w = st.lock_word(Acquire);
+            if let Some(t) = take_behind(st, w) {
+                break t;
+            }
+        };
+        crate::crash_point!("fast.requeued");
+        end_fast(st, p, me.participant, first.ticket, first.died);
+        return Taken::Queued(t);
+    }
+}
+
+/// Takes a ticket to queue with, whatever the word shows: behind a holder or a queue as
+/// [`take`] does; from a free word by setting `Q` at once and walking, which pre-grants the
+/// ticket (with the word's died flag). For tests and tools that need a ticket in a slot: the
+/// died flag of a free word is lost if the caller dies between the two steps, which is why
+/// [`take`] takes a free lock the fast way instead.
+pub fn take_queued<P: Platform>(st: &LockState<'_>, p: &P) -> u64 {
+    if st.is_weighted() {
+        return st.take_ticket();
+    }
+    loop {
+        // Acquire: as in `take`.
+        let w = st.lock_word(Acquire);
+        if w.held() || w.queued() {
+            if let Some(t) = take_behind(st, w) {
+                return t;
+            }
+            continue;
+        }
+        let t = st.ticket_of(w);
+        raise_head(st, t);
+        if cas_word(st, w, w.taken().with_died(false).with_queued()) {
+            walk(st, p, t, w.died(), None);
+            return t;
+        }
+    }
+}
+
+/// One attempt to take a queued ticket from word `w` (held or queued): the first taker to
+/// queue raises `head` to its ticket and sets `Q` in its CAS.
+fn take_behind(st: &LockState<'_>, w: LockWord) -> Option<u64> {
+    let t = st.ticket_of(w);
+    let to = if w.queued() {
+        w.taken()
+    } else {
+        // Every ticket before `t` is final or the fast holder's: `head` may be `t`. Before
+        // the CAS, so that whoever sees `Q` sees it (Release, paired with walkers' Acquire).
+        raise_head(st, t);
+        w.taken().with_queued()
+    };
+    if cas_word(st, w, to) {
+        crate::crash_point!("acquire.ticket_taken");
+        Some(t)
+    } else {
+        None
+    }
+}
+
+/// Ends fast grant `ticket`, which the word names as `participant`'s: a release that found
+/// someone queued behind it (`died` false), or a revocation (`died`: the holder died, gave the
+/// lock up as dead, or carried news it must pass on). True if this call ended it; false if
+/// the word no longer shows that grant (ended by someone else; or not this one: a later fast
+/// grant of the same entry shows another counter, or another `head`).
+///
+/// A fast grant is told apart from a later one of the same entry by its ticket: while nobody
+/// queues the counter is `ticket + 1`; while someone does, `head` is: nothing is granted
+/// while a fast holder holds (walks stop at its `H`), so `head` stays at the first queued
+/// ticket, which the first taker to queue raised it to.
+///
+/// Without a queue it is one CAS (`H → 0`, `D = died`). With one, a release clears `H` first
+/// and then walks from `head` (a walker that comes after the clear may grant as well); a
+/// revocation first grants the first unfinished queued ticket *with* the news (or drains the
+/// queue with it) and only then clears `H`, so that the news survives a revoker killed in
+/// between (the next recoverer finds the same dead holder and repeats the walk, which finds
+/// the grant made and carries nothing further).
+pub fn end_fast<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    participant: u32,
+    ticket: u64,
+    died: bool,
+) -> bool {
+    let after = ticket.wrapping_add(1);
+    // Each round is a CAS or a walk that lost a race to a taker (a ticket taken meanwhile);
+    // only a corrupt file loses this many.
+    for _ in 0..MAX_ROUNDS {
+        // Acquire: pairs with the CAS that queued (and so with `head`'s raise).
+        let w = st.lock_word(Acquire);
+        if !w.held() || w.holder() != participant {
+            return false;
+        }
+        if !w.queued() {
+            if st.ticket_of(w) != after {
+                return false;
+            }
+            if cas_word(st, w, w.unheld().with_died(died)) {
+                crate::crash_point!("fast.ended");
+                return true;
+            }
+            continue;
+        }
+        // Acquire: after the word (see the module notes).
+        let head = st.header().head.load(Acquire);
+        if !died {
+            if head != after {
+                return false;
+            }
+            if cas_word(st, w, w.unheld()) {
+                crate::crash_point!("fast.unheld");
+                advance(st, p, head, false);
+                return true;
+            }
+            continue;
+        }
+        let stopped_at = match walk(st, p, head, true, Some((participant, after))) {
+            Walked::Drained => return true,
+            Walked::Stopped(Some(h)) => h,
+            // Not ours any more, or a ticket was taken while the walk drained: look again.
+            Walked::Stopped(None) => continue,
+        };
+        crate::crash_point!("fast.revoke_granted");
+        // The news is in the grant of `stopped_at`: now clear `H`, while the word still shows
+        // this grant (`head` where the walk left it; the counter may move under us).
+        loop {
+            // Acquire: as above.
+            let w = st.lock_word(Acquire);
+            let head = st.header().head.load(Acquire);
+            if !w.held() || w.holder() != participant || !w.queued() || head != stopped_at {
+                return false; // ended by another revoker (who clears `H`)
+            }
+            if cas_word(st, w, w.unheld()) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// The most rounds [`end_fast`] makes.
+const MAX_ROUNDS: u32 = 1 << 20;
+
+/// The ticket of the fast grant the word shows and its holder's entry, if one holds: the
+/// ticket before `head` while someone queues, else the one before the counter. For `status`
+/// and the fd form's `unlock` (information: a walk may be raising `head` meanwhile).
+pub fn fast_holder(st: &LockState<'_>) -> Option<(u64, u32)> {
+    // Acquire: as in `end_fast`.
+    let w = st.lock_word(Acquire);
+    if !w.held() {
+        return None;
+    }
+    let after = if w.queued() {
+        // Acquire: after the word.
+        st.header().head.load(Acquire)
+    } else {
+        st.ticket_of(w)
+    };
+    Some((after.wrapping_sub(1), w.holder()))
+}

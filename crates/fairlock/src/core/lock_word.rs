@@ -1,0 +1,249 @@
+//! The lock word: one 64-bit atomic in the header (offset 64, alone with the `epoch` on its
+//! cache line) that holds the next ticket and, when nobody queues, the whole lock.
+//!
+//! | bits    | field     | meaning                                                         |
+//! |---------|-----------|-----------------------------------------------------------------|
+//! | 0       | `H`       | held by a *fast* holder (granted by the word itself, no slot)    |
+//! | 1       | `Q`       | queued mode: tickets at or after `head` go through the slots     |
+//! | 2       | `D`       | the next fast grant carries "owner died" (only while `Q = 0`)    |
+//! | 3       | `P`       | the parity of the epoch of the ticket `counter` names            |
+//! | 4..16   | `holder`  | the fast holder's participant entry (meaningful while `H = 1`)  |
+//! | 16..24  | —         | zero (reserved for a bypass count)                              |
+//! | 24..64  | `counter` | the low 40 bits of the next ticket to be handed out             |
+//!
+//! A ticket is 64 bits: `epoch · 2^40 + counter`, with `epoch` in the header word after this
+//! one. The taker whose ticket wraps the counter flips `P` in the same compare-and-swap, and
+//! whoever then finds `epoch`'s parity stale raises it by one ([`full_ticket`]), so every
+//! ticket is known in full from the word it was taken from and the epoch read afterwards — as
+//! long as nobody stalls for 2^40 tickets between the two (the documented horizon).
+//!
+//! The states of the word (see `docs/DESIGN.md`, "The lock word"):
+//!
+//! * `Q = 0, H = 0`: free. One CAS to `{counter + 1, H = 1, holder = me, D = 0}` takes ticket
+//!   `counter` *and* grants it (its died flag is the `D` it cleared): the uncontended acquire.
+//! * `Q = 0, H = 1`: held by the fast holder of ticket `counter − 1`; nobody waits. Its
+//!   release is one CAS back to `{counter, H = 0}`.
+//! * `Q = 1`: somebody queued. Tickets are taken by CAS keeping the flags and go through the
+//!   slots as in the slot protocol; `head` is at most the first unfinished queued ticket. A
+//!   fast holder may still hold (`H = 1`: the first queuer came while it held); walks grant
+//!   nothing until it has cleared `H`. The walk that finds every ticket before `counter` final
+//!   drains the queue (`Q → 0`, `D` = the died flag it carries) with one CAS on the word.
+//!
+//! Files of a weighted kind keep `Q = 1` for ever: every acquisition queues.
+
+/// Held by a fast holder.
+pub const H: u64 = 1 << 0;
+/// Queued mode.
+pub const Q: u64 = 1 << 1;
+/// The next fast grant carries "owner died".
+pub const D: u64 = 1 << 2;
+/// Parity of the epoch of the ticket `counter` names.
+pub const P: u64 = 1 << 3;
+const HOLDER_SHIFT: u32 = 4;
+const HOLDER_MASK: u64 = (1 << 12) - 1;
+const COUNTER_SHIFT: u32 = 24;
+/// Bits of the ticket kept in the word.
+pub const COUNTER_BITS: u32 = 40;
+const COUNTER_MASK: u64 = (1 << COUNTER_BITS) - 1;
+/// Bits no version of fairlock sets (the reserved byte).
+pub const RESERVED: u64 = 0xFF << 16;
+
+/// A decoded lock word.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct LockWord(pub u64);
+
+impl LockWord {
+    /// The word of a lock whose next ticket is `next`: free (`Q = 0`) for an exclusive lock,
+    /// queued for good (`Q = 1`) for a weighted kind.
+    pub fn initial(next: u64, weighted: bool) -> LockWord {
+        let w = ((next & COUNTER_MASK) << COUNTER_SHIFT)
+            | if (next >> COUNTER_BITS) & 1 != 0 {
+                P
+            } else {
+                0
+            };
+        LockWord(if weighted { w | Q } else { w })
+    }
+
+    /// Held by a fast holder.
+    #[inline]
+    pub fn held(self) -> bool {
+        self.0 & H != 0
+    }
+
+    /// Queued mode.
+    #[inline]
+    pub fn queued(self) -> bool {
+        self.0 & Q != 0
+    }
+
+    /// The next fast grant carries "owner died".
+    #[inline]
+    pub fn died(self) -> bool {
+        self.0 & D != 0
+    }
+
+    /// The fast holder's participant entry.
+    #[inline]
+    pub fn holder(self) -> u32 {
+        ((self.0 >> HOLDER_SHIFT) & HOLDER_MASK) as u32
+    }
+
+    /// The low 40 bits of the next ticket.
+    #[inline]
+    pub fn counter(self) -> u64 {
+        self.0 >> COUNTER_SHIFT
+    }
+
+    /// The parity of the next ticket's epoch.
+    #[inline]
+    pub fn parity(self) -> u64 {
+        (self.0 & P) >> 3
+    }
+
+    /// The word after one more ticket was taken from it (flags kept; `P` flipped when the
+    /// counter wraps).
+    #[inline]
+    pub fn taken(self) -> LockWord {
+        let c = (self.counter() + 1) & COUNTER_MASK;
+        let p = if c == 0 { (self.0 & P) ^ P } else { self.0 & P };
+        LockWord((self.0 & (H | Q | D | (HOLDER_MASK << HOLDER_SHIFT))) | p | (c << COUNTER_SHIFT))
+    }
+
+    /// The word after a fast acquire by `participant`: one more ticket, held, `D` consumed.
+    #[inline]
+    pub fn acquired(self, participant: u32) -> LockWord {
+        let t = self.taken();
+        LockWord(
+            (t.0 & !(D | (HOLDER_MASK << HOLDER_SHIFT)))
+                | H
+                | ((u64::from(participant) & HOLDER_MASK) << HOLDER_SHIFT),
+        )
+    }
+
+    /// The word a fast holder of ticket `t` left, if nothing happened since its acquire:
+    /// what its one-CAS release expects.
+    #[inline]
+    pub fn fast_held(t: u64, participant: u32) -> LockWord {
+        LockWord::initial(t.wrapping_add(1), false).with_holder(participant)
+    }
+
+    /// The same word held by `participant`.
+    #[inline]
+    pub fn with_holder(self, participant: u32) -> LockWord {
+        LockWord(
+            (self.0 & !(HOLDER_MASK << HOLDER_SHIFT))
+                | H
+                | ((u64::from(participant) & HOLDER_MASK) << HOLDER_SHIFT),
+        )
+    }
+
+    /// The same word with no fast holder (holder field cleared too).
+    #[inline]
+    pub fn unheld(self) -> LockWord {
+        LockWord(self.0 & !(H | (HOLDER_MASK << HOLDER_SHIFT)))
+    }
+
+    /// The same word in queued mode.
+    #[inline]
+    pub fn with_queued(self) -> LockWord {
+        LockWord(self.0 | Q)
+    }
+
+    /// The queue drained: not queued, not held, `D = died` for the next fast grant.
+    #[inline]
+    pub fn drained(self, died: bool) -> LockWord {
+        LockWord(self.unheld().0 & !(Q | D) | if died { D } else { 0 })
+    }
+
+    /// The same word with `D = died`.
+    #[inline]
+    pub fn with_died(self, died: bool) -> LockWord {
+        LockWord((self.0 & !D) | if died { D } else { 0 })
+    }
+}
+
+impl core::fmt::Debug for LockWord {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "LockWord(counter {}, P{}{}{}{})",
+            self.counter(),
+            self.parity(),
+            if self.queued() { ", queued" } else { "" },
+            if self.held() {
+                format!(", held by {}", self.holder())
+            } else {
+                String::new()
+            },
+            if self.died() { ", died" } else { "" },
+        )
+    }
+}
+
+/// The full 64-bit ticket `counter` of word `w` names, given `epoch` as read after `w`: the
+/// epoch itself if its parity is the word's, else the one after it (the counter wrapped and
+/// nobody has raised `epoch` yet). Wrong only for a reader stalled for 2^40 tickets.
+#[inline]
+pub fn full_ticket(w: LockWord, epoch: u64) -> u64 {
+    let e = if epoch & 1 == w.parity() {
+        epoch
+    } else {
+        epoch.wrapping_add(1)
+    };
+    (e << COUNTER_BITS) | w.counter()
+}
+
+/// Whether `epoch` must be raised for word `w` (its parity is stale).
+#[inline]
+pub fn epoch_stale(w: LockWord, epoch: u64) -> bool {
+    epoch & 1 != w.parity()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_round_trip() {
+        let w = LockWord::initial(5, false);
+        assert_eq!(
+            (w.counter(), w.parity(), w.held(), w.queued()),
+            (5, 0, false, false)
+        );
+        let a = w.acquired(4095);
+        assert!(a.held() && !a.queued() && !a.died());
+        assert_eq!((a.counter(), a.holder()), (6, 4095));
+        assert_eq!(a, LockWord::fast_held(5, 4095));
+        assert_eq!(a.unheld(), LockWord::initial(6, false));
+        let q = a.with_queued().taken();
+        assert!(q.held() && q.queued());
+        assert_eq!((q.counter(), q.holder()), (7, 4095));
+        assert_eq!(q.drained(true), LockWord::initial(7, false).with_died(true));
+        assert!(LockWord::initial(0, true).queued());
+        assert!(
+            !LockWord::initial(0, false)
+                .with_died(true)
+                .acquired(1)
+                .died()
+        );
+        assert_eq!(a.0 & RESERVED, 0);
+    }
+
+    #[test]
+    fn counter_wraps_into_the_epoch() {
+        let last = (1u64 << 40) - 1;
+        for e in [0u64, 1, 2, 7] {
+            let t = (e << 40) | last;
+            let w = LockWord::initial(t, false);
+            assert_eq!(full_ticket(w, e), t);
+            let n = w.taken();
+            assert_eq!(n.counter(), 0);
+            assert_eq!(full_ticket(n, e), t + 1, "epoch not raised yet");
+            assert!(epoch_stale(n, e));
+            assert_eq!(full_ticket(n, e + 1), t + 1, "epoch raised");
+            assert_eq!(n, LockWord::initial(t + 1, false));
+            assert_eq!(w.acquired(3), LockWord::fast_held(t, 3));
+        }
+    }
+}
