@@ -27,6 +27,7 @@ const C_CONT: usize = 4; // the cycler may release
 const C_ROUNDS: usize = 5;
 const HOLDING: usize = 6; // witness: pid of the current holder
 const B_DONE: usize = 7;
+const T_DIED: usize = 8; // the "told" worker's grant said owner_died (1) or not (2)
 
 fn signal(w: &Worker, sig: libc::c_int) {
     // SAFETY: kill has no memory-safety preconditions.
@@ -123,6 +124,13 @@ fn run_worker(r: &str) {
             }
             shm.atomic(B_DONE).store(1, SeqCst);
         }
+        // Wait in line (up to 20 s), report whether the grant said owner_died, release.
+        "told" => {
+            let lock = FairLock::open(common::env("FL_LOCK")).expect("open");
+            let g = lock.lock_timeout(Duration::from_secs(20)).expect("lock");
+            shm.write(T_DIED, if g.owner_died() { 1 } else { 2 });
+            drop(g);
+        }
         // Take the lock and wait to be killed.
         "hold" => {
             let lock = FairLock::open(common::env("FL_LOCK")).expect("open");
@@ -153,7 +161,7 @@ fn a_paused_leased_claimer_never_holds_with_its_slots_next_user() {
     }
     let test = "a_paused_leased_claimer_never_holds_with_its_slots_next_user";
     let dir = TempDir::new("crash-reg-paused-claimer");
-    let shm = Shm::create(&dir.join("shm"), 8);
+    let shm = Shm::create(&dir.join("shm"), 10);
     let path = dir.join("lock");
     let lock = FairLock::options().slots(2).open(&path).expect("open");
     let first = lock.lock().expect("lock");
@@ -206,7 +214,7 @@ fn a_dead_holder_is_recovered_however_far_behind_head_is() {
     }
     let test = "a_dead_holder_is_recovered_however_far_behind_head_is";
     let dir = TempDir::new("crash-reg-head");
-    let shm = Shm::create(&dir.join("shm"), 8);
+    let shm = Shm::create(&dir.join("shm"), 10);
     let path = dir.join("lock");
     let lock = FairLock::open(&path).expect("open");
     let mut envs = base_env(&dir);
@@ -248,4 +256,67 @@ fn a_dead_holder_is_recovered_however_far_behind_head_is() {
         started.elapsed()
     );
     assert!(g.token() > 4_500_000);
+}
+
+/// Issue 15. A fast holder (granted by the lock word) is killed with two waiters queued behind
+/// it; the first waiter revokes it — grants the first queued ticket (its own) with the death's
+/// news — and is killed right there (`fast.revoke_granted`), before clearing the word's `H`.
+/// The second waiter must finish the revocation and be granted, told `owner_died` (the news
+/// is neither lost with the revoker nor dropped by the walk that passes its dead grant).
+#[test]
+fn a_revoker_killed_after_granting_the_news_loses_nothing() {
+    if let Some(r) = role() {
+        return run_worker(&r);
+    }
+    let test = "a_revoker_killed_after_granting_the_news_loses_nothing";
+    let dir = TempDir::new("crash-reg-revoker");
+    let shm = Shm::create(&dir.join("shm"), 10);
+    let path = dir.join("lock");
+    let mut holder = Worker::spawn(dir.path(), test, "hold", "holder", &base_env(&dir));
+    wait_until(Duration::from_secs(30), "the holder's grant", || {
+        shm.atomic(W_GRANTED).load(SeqCst) == 1
+    });
+    let st = fairlock::inspect(&path).expect("inspect");
+    assert_eq!(
+        st.holder.as_ref().and_then(|h| h.pid),
+        Some(holder.pid()),
+        "a fast holder is shown: {st:?}"
+    );
+    let mut envs = base_env(&dir);
+    envs.push(("FAIRLOCK_CRASH", "fast.revoke_granted".into()));
+    let mut revoker = Worker::spawn(dir.path(), test, "told", "revoker", &envs);
+    common::wait_for_waiters(&path, 1, Duration::from_secs(30));
+    let mut next = Worker::spawn(dir.path(), test, "told", "next", &base_env(&dir));
+    common::wait_for_waiters(&path, 2, Duration::from_secs(30));
+    signal(&holder, libc::SIGKILL);
+    let _ = holder.child.wait();
+    holder.status = Some(std::os::unix::process::ExitStatusExt::from_raw(9));
+    let started = Instant::now();
+    wait_until(
+        Duration::from_secs(10),
+        "the revoker to die at its point",
+        || revoker.poll(),
+    );
+    assert!(
+        revoker.status.is_some_and(|s| !s.success()),
+        "the revoker was to die at fast.revoke_granted: {:?}\n{}",
+        revoker.status,
+        revoker.stderr()
+    );
+    common::wait_all(std::slice::from_mut(&mut next), Duration::from_secs(30));
+    assert_eq!(
+        shm.read(T_DIED),
+        1,
+        "the next holder must be told the owner died"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let lock = FairLock::open(&path).expect("open");
+    let g = lock
+        .lock_timeout(Duration::from_secs(5))
+        .expect("free again");
+    assert!(!g.owner_died(), "told twice");
 }

@@ -2,7 +2,7 @@
 //! pattern another process writes is a valid value and no access is a data race.
 //!
 //! ```text
-//! offset 0                 Header        (192 bytes: constants and the kind, then next_ticket and head on
+//! offset 0                 Header        (192 bytes: constants and the kind, then the lock word and head on
 //!                                         cache lines of their own)
 //! offset 192               Participant × P   (32 bytes each)
 //! offset slots_offset      Slot × N          (64 bytes each, one cache line, 64-aligned)
@@ -126,7 +126,7 @@ impl RecordKind {
     }
 }
 
-/// The file header. Fields above `next_ticket` are written once, at initialisation.
+/// The file header. Fields above `word` (the lock word) are written once, at initialisation.
 #[repr(C)]
 pub struct Header {
     /// [`MAGIC`] once initialised.
@@ -433,7 +433,9 @@ pub struct LockState<'a> {
 
 /// `(weighted, rwlock, capacity)` of a view of kind `kind` with `1 << shift` slots. `None`
 /// (garbage in a header) reads as an exclusive lock, whose protocol never trusts more than one
-/// holder; the file layer refuses such files before building a view.
+/// holder; the file layer refuses such files before building a view. Inlined: every lock and
+/// unlock builds a view.
+#[inline(always)]
 fn weights(kind: Option<RecordKind>, shift: u32) -> (bool, bool, u64) {
     let n = 1u64 << shift;
     match kind {

@@ -4,18 +4,20 @@
 //!
 //! # The protocol in one paragraph
 //!
-//! A thread takes a ticket `t` with one `fetch_add` on `next_ticket` and publishes itself in
-//! slot `t % N` with one CAS on the slot word (which carries the ticket's lap, its owner's
-//! participant index and its [`State`]). Whoever releases or recovers the lock runs
-//! [`advance()`]: it walks forward from the freed ticket over final states and grants the first
-//! live ticket with one CAS on *its* slot word, waking exactly that waiter if it sleeps (and
-//! nudging the one behind it so it starts spinning). A ticket nobody has published yet is
-//! granted in advance (`Ready`) and claimed by its taker with one CAS: the uncontended path
-//! is `fetch_add` + CAS (claim) + a store (release: nobody else writes a live unleased holder's
-//! word) + CAS (pre-grant the next ticket), no system call and nothing else written. Every
-//! decision about a ticket — grant vs. timeout, takeover vs. extension, leased release vs.
-//! revocation, skip vs. late claim — is a single CAS on one word; the loser re-reads and
-//! follows the winner.
+//! While nobody holds or queues, the lock is one word ([`lock_word`]): a taker takes the next
+//! ticket *and* its grant with one CAS on it, and releases with one more ([`fast`]): the
+//! uncontended path, no system call and nothing else written. A taker that finds the lock held
+//! takes a ticket `t` with a CAS on the same word (the first to queue sets its `Q` flag) and
+//! publishes itself in slot `t % N` with one CAS on the slot word (which carries the ticket's
+//! lap, its owner's participant index and its [`State`]). Whoever releases or recovers the lock
+//! runs [`advance()`]: it walks forward from the freed ticket over final states and grants the
+//! first live ticket with one CAS on *its* slot word, waking exactly that waiter if it sleeps
+//! (and nudging the one behind it so it starts spinning); a ticket taken but not yet published
+//! is granted in advance (`Ready`) and claimed by its taker with one CAS; a walk that reaches
+//! the next ticket to be handed out drains the queue (the word free again). Every decision
+//! about a ticket — grant vs. timeout, takeover vs. extension, leased release vs. revocation,
+//! skip vs. late claim, drain vs. a new taker — is a single CAS on one word; the loser
+//! re-reads and follows the winner.
 //!
 //! # Notes about memory ordering
 //!
@@ -35,8 +37,9 @@
 //!   futex expecting the `Sleeping` value; a grantor that sees `Sleeping` (in its CAS) wakes
 //!   the word after changing it. Either the change happens before the kernel compares the
 //!   word (the wait returns at once) or after the waiter is queued (the wake finds it).
-//! * **`next_ticket`** is `Relaxed`: a ticket is only a number, and everything it orders goes
-//!   through slot words. **`head`** is a hint, only ever a lower bound of the first
+//! * **The lock word**: see [`fast`] for its orderings (a fast acquire is an `Acquire` CAS,
+//!   whatever frees the word a `Release` one; the first queuer raises `head` before it sets
+//!   `Q`, and walkers load `head` after the word). **`head`** is a hint, only ever a lower bound of the first
 //!   non-final ticket, and monotone; readers walk forward from it with `Acquire` loads of the
 //!   words. `advance` raises it with a `Release` compare-and-swap ([`frontier::raise_head`]),
 //!   and a taker about to reuse a slot whose previous ticket was revoked loads it with
