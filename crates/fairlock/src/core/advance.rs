@@ -78,7 +78,10 @@ pub fn walk<P: Platform>(
     let mut next = st.ticket_of(lw);
     let mut h = from;
     if before(h, head) {
+        // Every ticket before `head` is final and its news passed on: by the grant at `head`,
+        // or by a drain's `D` (a queue's first taker raises `head` without granting anything).
         h = head;
+        died = false;
     }
     for _ in 0..MAX_STEPS {
         if h == next {
@@ -98,7 +101,10 @@ pub fn walk<P: Platform>(
             }
             next = st.ticket_of(lw);
             if before(h, head) {
+                // As at the start: the news we carried went into the drain that beat ours (a
+                // jump keeping it told a death twice: review finding).
                 h = head;
+                died = false;
             }
             continue;
         }

@@ -19,8 +19,9 @@
 use super::advance::{Walked, advance, walk};
 use super::frontier::raise_head;
 use super::layout::LockState;
-use super::lock_word::LockWord;
+use super::lock_word::{self, LockWord};
 use super::platform::Platform;
+use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me};
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
@@ -40,6 +41,9 @@ pub fn try_fast(st: &LockState<'_>, participant: u32) -> Option<Grant> {
         .compare_exchange(w.0, w.acquired(participant).0, Acquire, Relaxed)
         .ok()?;
     crate::crash_point!("fast.acquired");
+    if lock_word::wraps(w) {
+        refresh_slots(st);
+    }
     Some(Grant {
         ticket: st.ticket_of(w),
         died: w.died(),
@@ -126,6 +130,9 @@ pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
             raise_head(st, t);
             if cas_word(st, w, w.taken().with_queued()) {
                 crate::crash_point!("acquire.ticket_taken");
+                if lock_word::wraps(w) {
+                    refresh_slots(st);
+                }
                 advance(st, p, t, false);
                 return Taken::Queued(t);
             }
@@ -141,6 +148,9 @@ pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
             continue;
         }
         crate::crash_point!("fast.acquired");
+        if lock_word::wraps(w) {
+            refresh_slots(st);
+        }
         let first = Grant {
             ticket: st.ticket_of(w),
             died: w.died(),
@@ -184,6 +194,9 @@ pub fn take_queued<P: Platform>(st: &LockState<'_>, p: &P) -> u64 {
         let t = st.ticket_of(w);
         raise_head(st, t);
         if cas_word(st, w, w.taken().with_died(false).with_queued()) {
+            if lock_word::wraps(w) {
+                refresh_slots(st);
+            }
             walk(st, p, t, w.died(), None);
             return t;
         }
@@ -204,6 +217,9 @@ fn take_behind(st: &LockState<'_>, w: LockWord) -> Option<u64> {
     };
     if cas_word(st, w, to) {
         crate::crash_point!("acquire.ticket_taken");
+        if lock_word::wraps(w) {
+            refresh_slots(st);
+        }
         Some(t)
     } else {
         None
@@ -309,4 +325,47 @@ pub fn fast_holder(st: &LockState<'_>) -> Option<(u64, u32)> {
         st.ticket_of(w)
     };
     Some((after.wrapping_sub(1), w.holder()))
+}
+
+/// After the counter wrapped (every 2^40 tickets), by the taker that wrapped it: brings every
+/// slot that shows a final word several laps behind (`Behind`: only fast tickets used it
+/// since) up to the lap before its next user's. Fast tickets never touch the slots, and laps
+/// are compared modulo 2^44 with a 2^43 window, so a slot left alone for 2^43 laps (2^44
+/// uncontended acquisitions with two slots) would read as a *later* lap, and takers of it
+/// as skipped (review finding). Refreshed at every wrap, a slot is never more than 2^40
+/// tickets behind (2^41 if a refresher is killed half-way; the next wrap finishes).
+///
+/// The next user of slot `s` is the first ticket at or after `base` that maps to it: `head`
+/// while somebody queues (tickets before it are final; from it on they are queued ones), the
+/// counter while nobody does (every ticket before it is final or fast). Only final words
+/// strictly behind that ticket's previous lap are rewritten, by CAS from the value read (a
+/// taker or walker that changed the word meanwhile wins); their news, if any, was passed on
+/// long ago (`may_reuse`).
+#[cold]
+#[inline(never)]
+pub(crate) fn refresh_slots(st: &LockState<'_>) {
+    if st.is_weighted() {
+        return; // every ticket uses its slot: none falls behind
+    }
+    // Acquire: as in `take` (and `head` after the word).
+    let w = st.lock_word(Acquire);
+    let base = if w.queued() {
+        st.header().head.load(Acquire)
+    } else {
+        st.ticket_of(w)
+    };
+    let n = st.slot_count();
+    for i in 0..n {
+        let t = base.wrapping_add(i.wrapping_sub(base) & (n - 1));
+        let slot = st.slot(t);
+        let lap = st.lap(t);
+        // Acquire: as in `advance`.
+        let cur = Word(slot.word.load(Acquire));
+        if relate(cur.lap(), lap) == LapRelation::Behind && cur.state().is_some_and(State::is_final)
+        {
+            let fresh = Word::new(lap.wrapping_sub(1), 0, State::Done, false);
+            let _ = super::advance::cas(slot, cur, fresh);
+        }
+    }
+    crate::crash_point!("fast.refreshed");
 }

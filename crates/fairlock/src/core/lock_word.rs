@@ -15,7 +15,7 @@
 //! one. The taker whose ticket wraps the counter flips `P` in the same compare-and-swap, and
 //! whoever then finds `epoch`'s parity stale raises it by one ([`full_ticket`]), so every
 //! ticket is known in full from the word it was taken from and the epoch read afterwards — as
-//! long as nobody stalls for 2^40 tickets between the two (the documented horizon).
+//! long as nobody stalls for 2^39 tickets between the two (the documented horizon).
 //!
 //! The states of the word (see `docs/DESIGN.md`, "The lock word"):
 //!
@@ -181,23 +181,42 @@ impl core::fmt::Debug for LockWord {
     }
 }
 
-/// The full 64-bit ticket `counter` of word `w` names, given `epoch` as read after `w`: the
-/// epoch itself if its parity is the word's, else the one after it (the counter wrapped and
-/// nobody has raised `epoch` yet). Wrong only for a reader stalled for 2^40 tickets.
+/// Half the counter's range: how far a reader may lag and still name a word's ticket.
+const HALF: u64 = 1 << (COUNTER_BITS - 1);
+
+/// The full 64-bit ticket `counter` of word `w` names, given `epoch` as read after `w`. If
+/// `epoch`'s parity is the word's, it is the word's epoch. If not, either the counter wrapped
+/// after `epoch` was read... no: `epoch` is read *after* the word, so either the word is newer
+/// than the last raise (its counter wrapped and nobody has raised `epoch` yet: the counter is
+/// small, and the epoch is `epoch + 1`) or older (read just before a wrap, `epoch` raised since:
+/// the counter is large, and the epoch is `epoch − 1`). The counter's half tells them apart, so
+/// this is right for any reader that lags fewer than 2^39 tickets (the documented horizon).
+/// (Taking every mismatch for "not raised yet" named a word read one ticket before the wrap
+/// 2^41 tickets too far, and raised `epoch` twice: review finding.)
 #[inline]
 pub fn full_ticket(w: LockWord, epoch: u64) -> u64 {
     let e = if epoch & 1 == w.parity() {
         epoch
-    } else {
+    } else if w.counter() < HALF {
         epoch.wrapping_add(1)
+    } else {
+        epoch.wrapping_sub(1)
     };
     (e << COUNTER_BITS) | w.counter()
 }
 
-/// Whether `epoch` must be raised for word `w` (its parity is stale).
+/// Whether `epoch` must be raised for word `w`: its parity is stale and the word is newer than
+/// the last raise (its counter wrapped; see [`full_ticket`]).
 #[inline]
 pub fn epoch_stale(w: LockWord, epoch: u64) -> bool {
-    epoch & 1 != w.parity()
+    epoch & 1 != w.parity() && w.counter() < HALF
+}
+
+/// Whether taking a ticket from `w` wraps the counter (the taker then refreshes the slots:
+/// [`crate::core::fast`]).
+#[inline]
+pub fn wraps(w: LockWord) -> bool {
+    w.counter() == COUNTER_MASK
 }
 
 #[cfg(test)]
@@ -244,6 +263,10 @@ mod tests {
             assert_eq!(full_ticket(n, e + 1), t + 1, "epoch raised");
             assert_eq!(n, LockWord::initial(t + 1, false));
             assert_eq!(w.acquired(3), LockWord::fast_held(t, 3));
+            // A word read before the wrap, named after the epoch was raised (review finding).
+            assert_eq!(full_ticket(w, e + 1), t);
+            assert!(!epoch_stale(w, e + 1));
+            assert!(wraps(w) && !wraps(n));
         }
     }
 }

@@ -188,15 +188,17 @@ pub fn recover<P: Platform>(
     // Acquire: pairs with the CAS that set `Q` (see `fast`); `head` is loaded after it.
     let mut lw = st.lock_word(Acquire);
     if lw.held() {
-        // A fast holder is ahead of every queued ticket: it holds, unless it is dead.
-        let holder = lw.holder();
+        // A fast holder is ahead of every queued ticket: it holds, unless it is dead. The grant
+        // (its ticket and entry) is read *before* its owner is judged, so that the revocation
+        // below acts on that very grant: judged first, a later fast grant of the same entry's
+        // next, live owner was revoked (two holders: review finding).
+        let Some((t, holder)) = fast_holder(st) else {
+            return Ahead::Busy; // changed under us: look again
+        };
         if p.liveness(holder) != Liveness::Dead {
             return Ahead::Busy;
         }
-        if let Some((t, i)) = fast_holder(st)
-            && i == holder
-        {
-            end_fast(st, p, holder, t, true);
+        if end_fast(st, p, holder, t, true) {
             crate::crash_point!("recover.fast_revoked");
         }
         // Acquire: as above.
