@@ -143,6 +143,7 @@ fn me(actor: u32, lease_ms: Option<u64>) -> Me {
         tid: 1000 + actor,
         lease_ms,
         shared: false,
+        beacon: 0,
     }
 }
 

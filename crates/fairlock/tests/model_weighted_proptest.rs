@@ -86,6 +86,7 @@ fn me(a: u32, shared: bool) -> Me {
         tid: 100 + a,
         lease_ms: None,
         shared,
+        beacon: 0,
     }
 }
 

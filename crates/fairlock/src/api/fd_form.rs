@@ -313,7 +313,9 @@ impl OpenOptions {
             view: shared.clone(),
             entry: Some((i, n)),
         };
-        let lock = FairLock::with_view(shared, self, create, None);
+        let mut lock = FairLock::with_view(shared, self, create, None);
+        // Held for the descriptor, not for this process's thread: no thread beacon.
+        lock.beacon_hints = false;
         let grant = |g: crate::LockGuard<'_>| {
             g.stamp_time(); // so that `fairlock status` can show "held for"
             let r = FdGrant {
@@ -380,6 +382,7 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
         file: &opened.file,
         me: i,
         participants: st.participant_count(),
+        entries: st.participants(),
         owners: None,
         lease_lock: &lease_lock,
     };

@@ -54,6 +54,11 @@ pub struct FairLock {
     /// [`KEPT_ON_EXIT`] for a `FairMutex`'s lock (its thread's exit never gives a grant up),
     /// else 0.
     kept_on_exit: u64,
+    /// Whether its grants publish their thread's beacon (`sys::beacon`), so that waiters learn
+    /// of the holder's death from the kernel: only grants that end with their thread — not a
+    /// `FairMutex`'s (kept on exit), not the fd form's (held for a descriptor), not a named
+    /// lock's (its process's beacons are not found through a name's entries yet).
+    pub(crate) beacon_hints: bool,
 }
 
 // SAFETY: all fields are Send + Sync except the raw pointer `current`, which always points into
@@ -131,12 +136,13 @@ impl FairLock {
             lease_ms: o.lease_ms(),
             tuning: o.tuning(),
             create,
-            name,
             kept_on_exit: if create.data_type.is_empty() {
                 0
             } else {
                 KEPT_ON_EXIT
             },
+            beacon_hints: create.data_type.is_empty() && name.is_none(),
+            name,
         }
     }
 
@@ -344,7 +350,7 @@ impl FairLock {
         // The uncontended path (see `core::lock`, of which this is the inlined first step):
         // one CAS on the lock word.
         let fast = match self.lease_ms {
-            None => core::try_fast(&sh.state(), sh.participant),
+            None => core::try_fast(&sh.state(), sh.participant, self.beacon()),
             Some(_) => None,
         };
         let g = match fast {
@@ -400,7 +406,17 @@ impl FairLock {
             tid,
             lease_ms: self.lease_ms,
             shared: false,
+            beacon: self.beacon(),
         }
+    }
+
+    /// The calling thread's beacon to publish with a grant (1 + index), 0 for none.
+    #[inline]
+    fn beacon(&self) -> u32 {
+        if !self.beacon_hints {
+            return 0;
+        }
+        crate::sys::beacon::thread_beacon().map_or(0, |i| i + 1)
     }
 
     /// Acquires a ticket of a weighted kind (`FairRwLock`, `FairSemaphore`): a share if
@@ -418,8 +434,10 @@ impl FairLock {
         let st = sh.state();
         self.refuse_reentry(sh, tid)?;
         let leased = self.one_leased_share(sh)?;
+        // No beacon: a share may be released by another thread (a permit is `Send`).
         let me = Me {
             shared,
+            beacon: 0,
             ..self.me(sh, tid)
         };
         let mut panicked = None;
@@ -483,8 +501,10 @@ impl FairLock {
         let tid = thread::current_tid();
         self.refuse_reentry(sh, tid)?;
         let leased = self.one_leased_share(sh)?;
+        // No beacon: a share may be released by another thread (a permit is `Send`).
         let me = Me {
             shared,
+            beacon: 0,
             ..self.me(sh, tid)
         };
         let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);

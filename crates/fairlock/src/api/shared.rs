@@ -14,7 +14,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::core::layout::Participant;
@@ -248,6 +248,7 @@ impl Shared {
                 .as_ref()
                 .map(|(_, names)| names.owners(self.mapping.state().participants())),
             participants: self.mapping.geometry().participants,
+            entries: self.mapping.state().participants(),
             lease_lock: &self.lease_lock,
         }
     }
@@ -336,15 +337,15 @@ pub(crate) fn note_claim(entry: &Participant, pid: u32) {
     note_time(entry, pid);
 }
 
-/// Writes our pid and the time of the claim into an entry (informational: status). Not for a
+/// Writes our pid (informational: status) and our thread-beacon segment's identity (see
+/// `sys::beacon`: waiters watch our threads' beacons through it) into an entry. Not for a
 /// name's entry, whose `claim` field is its owner word.
 pub(crate) fn note_time(entry: &Participant, pid: u32) {
     // Relaxed: informational.
     entry.pid.store(pid, Relaxed);
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    entry.claim.store(secs, Relaxed);
+    // Release: pairs with a waiter's Acquire load (`SysPlatform::beacon`); the segment's nonce
+    // makes an older value harmless anyway.
+    entry.claim.store(crate::sys::beacon::identity(), Release);
 }
 
 impl Drop for Shared {

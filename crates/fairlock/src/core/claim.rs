@@ -7,7 +7,7 @@ use super::leasing::commit;
 use super::platform::Platform;
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
-use crate::primitive::Ordering::{Acquire, Relaxed};
+use crate::primitive::Ordering::{Acquire, Relaxed, Release};
 
 /// What a claim attempt came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +84,10 @@ pub(crate) fn claimed<P: Platform>(
 #[inline]
 pub(crate) fn stamp_owner(slot: &Slot, t: u64, me: &Me) {
     slot.tid.store(me.tid, Relaxed);
-    slot.stamp.store(t.wrapping_add(1), Relaxed);
+    // The beacon before the stamp that says whose it is: Release, paired with the Acquire
+    // load of `stamp` by a waiter about to watch the beacon (see `wait::holder_beacon`).
+    slot.beacon.store(me.beacon, Relaxed);
+    slot.stamp.store(t.wrapping_add(1), Release);
 }
 
 /// When the ticket was published or claimed after waiting (for status).

@@ -29,7 +29,7 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release};
 /// grants it (the died flag is the word's `D`, which the CAS clears). `None`: held or queued
 /// (or the CAS lost a race); the caller queues with [`take`].
 #[inline(always)]
-pub fn try_fast(st: &LockState<'_>, participant: u32) -> Option<Grant> {
+pub fn try_fast(st: &LockState<'_>, participant: u32, beacon: u32) -> Option<Grant> {
     // Relaxed: only a guess at the value the CAS below expects.
     let w = st.lock_word(Relaxed);
     if w.held() || w.queued() {
@@ -44,8 +44,10 @@ pub fn try_fast(st: &LockState<'_>, participant: u32) -> Option<Grant> {
     if lock_word::wraps(w) {
         refresh_slots(st);
     }
+    let ticket = st.ticket_of(w);
+    publish_hint(st, ticket, beacon);
     Some(Grant {
-        ticket: st.ticket_of(w),
+        ticket,
         died: w.died(),
         leased: false,
         fast: true,
@@ -81,6 +83,25 @@ pub fn is_fast_grant(st: &LockState<'_>, t: u64, participant: u32) -> bool {
         st.ticket_of(w)
     };
     after == t.wrapping_add(1)
+}
+
+/// Publishes the fast holder's beacon for fast grant `ticket` (nothing if `beacon` is 0): one
+/// store on the lock word's line, which the acquire's CAS left in our cache. A waiter uses it
+/// only if its tag is the fast holder's ticket (so a stale one is never watched).
+#[inline(always)]
+fn publish_hint(st: &LockState<'_>, ticket: u64, beacon: u32) {
+    if beacon != 0 {
+        // Relaxed: the tag makes a stale or early value harmless (see `wait::holder_beacon`).
+        st.header()
+            .fast_hint
+            .store(fast_hint(ticket, beacon), Relaxed);
+    }
+}
+
+/// The `fast_hint` value of fast grant `ticket` with beacon `beacon` (1 + index).
+#[inline(always)]
+pub fn fast_hint(ticket: u64, beacon: u32) -> u64 {
+    ((ticket.wrapping_add(1) & ((1 << 40) - 1)) << 24) | u64::from(beacon & 0xF_FFFF)
 }
 
 /// How a ticket was taken.
@@ -151,8 +172,12 @@ pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
         if lock_word::wraps(w) {
             refresh_slots(st);
         }
+        let ticket = st.ticket_of(w);
+        if me.lease_ms.is_none() {
+            publish_hint(st, ticket, me.beacon);
+        }
         let first = Grant {
-            ticket: st.ticket_of(w),
+            ticket,
             died: w.died(),
             leased: false,
             fast: true,

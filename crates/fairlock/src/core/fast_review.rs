@@ -16,6 +16,7 @@ fn me(participant: u32) -> Me {
         tid: 100 + participant,
         lease_ms: None,
         shared: false,
+        beacon: 0,
     }
 }
 
@@ -125,7 +126,7 @@ fn a_word_read_just_before_the_counter_wraps_does_not_raise_the_epoch_twice() {
     let seen = st.lock_word(Acquire);
     // Meanwhile B takes the last ticket of epoch 0 and C queues behind it (taking the first
     // ticket of epoch 1, which raises `epoch` to 1).
-    let b = try_fast(&st, 1).unwrap();
+    let b = try_fast(&st, 1, 0).unwrap();
     assert_eq!(b.ticket, last);
     let Taken::Queued(c) = take(&st, &p, &me(2)) else {
         panic!("C queues behind B")

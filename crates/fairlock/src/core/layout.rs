@@ -166,8 +166,11 @@ pub struct Header {
     pub fast_tid: AtomicU32,
     /// Reserved, zero.
     pub reserved2: AtomicU32,
+    /// The fast holder's beacon: `(ticket + 1) mod 2^40` of its grant `<< 24 | (1 + index)`
+    /// (see `Slot::beacon`), written right after the fast acquire; 0 for none.
+    pub fast_hint: AtomicU64,
     /// Reserved: pads the lock word's line.
-    pub pad1: [AtomicU64; 3],
+    pub pad1: [AtomicU64; 2],
     /// A hint: every ticket below `head` is final. Written when a ticket is granted.
     pub head: AtomicU64,
     /// Offset of the data area of a `FairMutex<T>` file (a multiple of 64 and of its
@@ -230,8 +233,10 @@ pub struct Slot {
     pub since: AtomicU64,
     /// Kernel thread id of the ticket's owner (informational).
     pub tid: AtomicU32,
-    /// Re-entrancy depth of the holder (informational; `FairRLock` keeps the real count).
-    pub depth: AtomicU32,
+    /// The owner thread's beacon (see `sys::beacon`): 1 + its index in its process's beacon
+    /// segment, 0 for none. Valid for the ticket `stamp` names (written before it); a waiter
+    /// watches it to learn of the holder's death from the kernel.
+    pub beacon: AtomicU32,
     /// The earliest takers waiting for this slot while an earlier lap still uses it, and
     /// whether they gave up: see [`crate::core::lapped`].
     pub lapped: [AtomicU64; 3],
@@ -264,6 +269,7 @@ const _: () = {
     assert!(offset_of!(Header, fast_stamp) == 80);
     assert!(offset_of!(Header, fast_since) == 88);
     assert!(offset_of!(Header, fast_tid) == 96);
+    assert!(offset_of!(Header, fast_hint) == 104);
     assert!(offset_of!(Header, head) == 128);
     assert!(offset_of!(Header, data_offset) == 136);
     assert!(offset_of!(Header, data_size) == 144);
@@ -282,7 +288,7 @@ const _: () = {
     assert!(offset_of!(Slot, stamp) == 16);
     assert!(offset_of!(Slot, since) == 24);
     assert!(offset_of!(Slot, tid) == 32);
-    assert!(offset_of!(Slot, depth) == 36);
+    assert!(offset_of!(Slot, beacon) == 36);
     assert!(offset_of!(Slot, lapped) == 40);
     assert!(align_of::<Slot>() == 8 && align_of::<Header>() == 8);
 };
@@ -667,6 +673,7 @@ impl Header {
             fast_since: AtomicU64::new(0),
             fast_tid: AtomicU32::new(0),
             reserved2: AtomicU32::new(0),
+            fast_hint: AtomicU64::new(0),
             pad1: zeroed_u64s(),
             head: AtomicU64::new(0),
             data_offset: AtomicU64::new(0),
@@ -703,7 +710,7 @@ impl Slot {
             stamp: AtomicU64::new(0),
             since: AtomicU64::new(0),
             tid: AtomicU32::new(0),
-            depth: AtomicU32::new(0),
+            beacon: AtomicU32::new(0),
             lapped: zeroed_u64s(),
         }
     }

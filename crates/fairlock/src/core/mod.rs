@@ -114,6 +114,10 @@ pub struct Me {
     /// A share (a reader, a semaphore's permit) rather than the whole lock; only for locks of
     /// a weighted kind ([`weighted`]), ignored by an exclusive lock.
     pub shared: bool,
+    /// The calling thread's beacon (1 + index, see `Slot::beacon`) to publish with its grant,
+    /// or 0: for grants that end with their thread (not a `FairMutex`'s, not the fd form's,
+    /// not a share, which may move to another thread).
+    pub beacon: u32,
 }
 
 /// A granted ticket: proof that the caller holds the lock.

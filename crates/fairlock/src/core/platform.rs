@@ -3,7 +3,7 @@
 //! Production implements it with futexes, `CLOCK_MONOTONIC` and OFD-lock beacons
 //! (`src/sys`); model tests implement it with yields and a scripted clock.
 
-use crate::primitive::AtomicU64;
+use crate::primitive::{AtomicU32, AtomicU64};
 
 /// Whether a participant (a process) is alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,12 +39,47 @@ pub trait Platform {
     /// anything; implementations must not trust it.
     fn liveness(&self, index: u32) -> Liveness;
 
+    /// The death notice of a holder's thread: the futex word of beacon `beacon` (1 + index,
+    /// as published in `Slot::beacon` or the header's `fast_hint`) of participant `index`'s
+    /// process, if it can be watched; its owner thread's death sets [`OWNER_DIED`] in it and
+    /// wakes a watcher. `None` (the default, and wherever it cannot be attached): the waiter
+    /// polls the holder's liveness instead. `index` and `beacon` come from the shared file and
+    /// may be anything; implementations must not trust them.
+    fn beacon(&self, index: u32, beacon: u32) -> Option<&AtomicU32> {
+        let _ = (index, beacon);
+        None
+    }
+
+    /// Sleeps while the low 32 bits of `word` equal `expected` *and* `beacon` equals
+    /// `beacon_expected`: until a wake of either, `until`, or spuriously. The default waits on
+    /// `word` alone, for at most a millisecond (so that a death is still seen soon).
+    fn wait_watching(
+        &self,
+        word: &AtomicU64,
+        expected: u32,
+        beacon: &AtomicU32,
+        beacon_expected: u32,
+        until: Option<u64>,
+    ) {
+        let _ = (beacon, beacon_expected);
+        let cap = self.now_ns().saturating_add(1_000_000);
+        self.wait(word, expected, Some(until.map_or(cap, |u| u.min(cap))));
+    }
+
+    /// Wakes every watcher of a beacon whose owner died (the kernel woke one).
+    fn wake_watchers(&self, beacon: &AtomicU32) {
+        let _ = beacon;
+    }
+
     /// Runs `f` under this process's lock for writing its participant entry's lease deadline
     /// (see [`crate::core::lease`]): two threads of one process never interleave their
     /// check-then-write of it. A lock of the process, never of the file: no other process
     /// needs it, and a process stopped while holding it stops only itself.
     fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R;
 }
+
+/// The bit the kernel sets in a robust futex word when its owner thread dies.
+pub const OWNER_DIED: u32 = 0x4000_0000;
 
 /// Timing parameters of the waiting strategy.
 #[derive(Clone, Copy, Debug)]

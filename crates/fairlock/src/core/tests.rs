@@ -11,6 +11,7 @@ fn me(participant: u32) -> Me {
         tid: 100 + participant,
         lease_ms: None,
         shared: false,
+        beacon: 0,
     }
 }
 

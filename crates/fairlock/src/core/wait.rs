@@ -4,14 +4,15 @@
 
 use super::advance::cas;
 use super::claim::{Claim, claim_granted, stamp_since};
-use super::fast::{Taken, take, try_fast};
+use super::fast::{Taken, end_fast, take, try_fast};
 use super::layout::{LockState, Slot};
 use super::lock_word::LockWord;
-use super::platform::{Platform, Tuning};
+use super::platform::{OWNER_DIED, Platform, Tuning};
 use super::publish::{Published, publish};
 use super::recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
+use crate::primitive::AtomicU32;
 use crate::primitive::Ordering::{Acquire, Relaxed};
 use crate::primitive::spin_step;
 
@@ -37,7 +38,7 @@ pub fn lock<P: Platform>(
 ) -> Result<Grant, WaitError> {
     if me.lease_ms.is_none()
         && !st.is_weighted()
-        && let Some(g) = try_fast(st, me.participant)
+        && let Some(g) = try_fast(st, me.participant, me.beacon)
     {
         return Ok(g);
     }
@@ -160,7 +161,7 @@ fn take_free<P: Platform>(
     watch: &mut Watch<'_>,
 ) -> Result<Option<Grant>, WaitError> {
     if me.lease_ms.is_none() {
-        return Ok(try_fast(st, me.participant));
+        return Ok(try_fast(st, me.participant, me.beacon));
     }
     // Acquire: as in `fast::take`.
     if st.lock_word(Acquire) != w {
@@ -303,6 +304,35 @@ fn wait_for_grant<P: Platform>(
         }
         // Whoever waits behind the holder watches it (and anything dead ahead of us).
         recover(st, p, t, watch, tuning);
+        // Next in line behind a holder that published its thread's beacon: no timer. Sleep on
+        // our word and the beacon; the kernel wakes us at the grant or at the holder thread's
+        // death (a waiter with an interrupt hook still looks at it every 50 ms at least; a
+        // signal interrupts the sleep at once).
+        if head && let Some(ahead) = holder_beacon(st, p, t) {
+            // Acquire: a death seen here comes after everything the dead thread wrote.
+            let v = ahead.word.load(Acquire);
+            if v & OWNER_DIED != 0 {
+                p.wake_watchers(ahead.word);
+                revoke_dead(st, p, &ahead);
+                continue;
+            }
+            let sleeping = w.with_state(State::Sleeping);
+            if w.state() == Some(State::Waiting) && !cas(slot, w, sleeping) {
+                continue; // changed: re-read
+            }
+            crate::crash_point!("acquire.parking");
+            let until = if watch.has_hook() {
+                let poll = p.now_ns().saturating_add(INTERRUPT_POLL_NS);
+                Some(deadline.map_or(poll, |d| d.min(poll)))
+            } else {
+                deadline
+            };
+            p.wait_watching(&slot.word, sleeping.futex_value(), ahead.word, v, until);
+            if watch.interrupted() {
+                deadline = Some(0);
+            }
+            continue;
+        }
         // The next in line polls soon after it got there (a young hold is checked often), then
         // less and less often, up to `head_poll_ns`; others rarely.
         let poll = if head {
@@ -322,6 +352,105 @@ fn wait_for_grant<P: Platform>(
         park(p, slot, w, until);
         if watch.interrupted() {
             deadline = Some(0);
+        }
+    }
+}
+
+/// The holder just ahead of a waiter and the death notice of its thread: the fast holder
+/// (while the waiter's ticket is the queue's first) or the ticket before the waiter's, held
+/// without a lease, whose thread published its beacon (see `sys::beacon`).
+struct HolderBeacon<'b> {
+    word: &'b AtomicU32,
+    what: Holding,
+}
+
+/// Which grant a [`HolderBeacon`] watches, as read before its beacon was looked up.
+enum Holding {
+    /// Fast grant `ticket` of entry `participant`.
+    Fast { ticket: u64, participant: u32 },
+    /// Ticket `ticket`, whose slot word was `word` (`Held`, unleased).
+    Slot { ticket: u64, word: Word },
+}
+
+/// The beacon of the holder just ahead of ticket `t`, if it published one and it can be
+/// watched. Read in this order — the grant, then the hint, whose tag must name that very
+/// grant — so that the beacon is the holder's own: it was locked by the holder's thread
+/// before the thread took the grant, and its word shows `OWNER_DIED` only after that thread
+/// ended. A leased holder is not watched (its lease must be timed), nor a grant kept past its
+/// thread (a `FairMutex`'s, the fd form's: they publish no beacon).
+fn holder_beacon<'b, P: Platform>(
+    st: &LockState<'_>,
+    p: &'b P,
+    t: u64,
+) -> Option<HolderBeacon<'b>> {
+    if st.is_weighted() {
+        return None;
+    }
+    // Acquire: as in `fast::take`.
+    let lw = st.lock_word(Acquire);
+    if lw.held() {
+        // The fast holder is just ahead of the queue's first ticket only.
+        // Acquire: after the word.
+        if !lw.queued() || st.header().head.load(Acquire) != t {
+            return None;
+        }
+        let ticket = t.wrapping_sub(1);
+        // Relaxed: the tag decides (a hint with this grant's ticket is this grant's holder's).
+        let hint = st.header().fast_hint.load(Relaxed);
+        if hint >> 24 != ticket.wrapping_add(1) & ((1 << 40) - 1) {
+            return None;
+        }
+        let participant = lw.holder();
+        let word = p.beacon(participant, (hint & 0xF_FFFF) as u32)?;
+        return Some(HolderBeacon {
+            word,
+            what: Holding::Fast {
+                ticket,
+                participant,
+            },
+        });
+    }
+    let ticket = t.wrapping_sub(1);
+    let slot = st.slot(ticket);
+    // Acquire: the holder's claim and stamps before it.
+    let word = Word(slot.word.load(Acquire));
+    if relate(word.lap(), st.lap(ticket)) != LapRelation::Same
+        || word.state() != Some(State::Held)
+        || word.leased()
+    {
+        return None;
+    }
+    // Acquire: pairs with `stamp_owner`'s Release store, made after the beacon.
+    if slot.stamp.load(Acquire) != ticket.wrapping_add(1) {
+        return None;
+    }
+    // Relaxed: ordered by the stamp above. (A later ticket of this slot may have written its
+    // own beacon since, but only after this ticket ended: then the revocation below, a CAS
+    // from `word`, finds nothing to revoke.)
+    let beacon = slot.beacon.load(Relaxed);
+    let b = p.beacon(word.participant(), beacon)?;
+    Some(HolderBeacon {
+        word: b,
+        what: Holding::Slot { ticket, word },
+    })
+}
+
+/// The thread of the grant `ahead` watches ended while it held: revoke that grant (the next
+/// holder is told the owner died). A grant that ended meanwhile is left alone (the CAS, or
+/// `end_fast`'s ticket check, fails).
+fn revoke_dead<P: Platform>(st: &LockState<'_>, p: &P, ahead: &HolderBeacon<'_>) {
+    match ahead.what {
+        Holding::Fast {
+            ticket,
+            participant,
+        } => {
+            end_fast(st, p, participant, ticket, true);
+        }
+        Holding::Slot { ticket, word } => {
+            if cas(st.slot(ticket), word, word.with_state(State::Revoked)) {
+                crate::crash_point!("recover.revoked");
+                super::advance::advance(st, p, ticket, false);
+            }
         }
     }
 }

@@ -654,6 +654,7 @@ mod stress {
             tid: participant,
             lease_ms: None,
             shared: true,
+            beacon: 0,
         }
     }
 

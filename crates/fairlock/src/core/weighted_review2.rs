@@ -74,6 +74,7 @@ fn review2_five_frozen_leased_grantees_are_passed_over() {
             tid: 10 + participant,
             lease_ms: Some(200),
             shared: true,
+            beacon: 0,
         };
         let tk = st.take_ticket();
         let mut watch = Watch::default();

@@ -16,6 +16,7 @@ pub(super) fn me(participant: u32, shared: bool) -> Me {
         tid: 100 + participant,
         lease_ms: None,
         shared,
+        beacon: 0,
     }
 }
 
@@ -26,6 +27,7 @@ pub(super) fn leased(participant: u32, tid: u32, ms: u64) -> Me {
         tid,
         lease_ms: Some(ms),
         shared: true,
+        beacon: 0,
     }
 }
 

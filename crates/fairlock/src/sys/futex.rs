@@ -3,7 +3,7 @@
 //! Never `FUTEX_PRIVATE_FLAG`: waiters and wakers are in different processes, and a private
 //! futex silently fails to wake across them. See `futex(2)`.
 
-use crate::primitive::AtomicU64;
+use crate::primitive::{AtomicU32, AtomicU64};
 
 /// The address the kernel compares: the low (first, on little-endian) 32 bits of the word.
 #[inline]
@@ -36,6 +36,78 @@ pub fn wait(word: &AtomicU64, expected: u32, until_ns: Option<u64>) {
             core::ptr::null::<u32>(),
             libc::FUTEX_BITSET_MATCH_ANY,
         );
+    }
+}
+
+/// `futex_waitv` on two shared 32-bit futex words — the low half of `word` (expected
+/// `expected`) and `beacon` (expected `beacon_expected`) — until either changes and is woken,
+/// `until_ns` (absolute `CLOCK_MONOTONIC`) passes, a signal or spuriously. Every outcome just
+/// returns; callers re-check both words. Where the kernel lacks `futex_waitv` (before 5.16) it
+/// falls back to a wait on `word` alone, bounded by 1 ms, so that a death is still noticed.
+pub fn wait_watching(
+    word: &AtomicU64,
+    expected: u32,
+    beacon: &AtomicU32,
+    beacon_expected: u32,
+    until_ns: Option<u64>,
+) {
+    #[repr(C)]
+    struct FutexWaitv {
+        val: u64,
+        uaddr: u64,
+        flags: u32,
+        reserved: u32,
+    }
+    /// `FUTEX2_SIZE_U32`, and no `FUTEX2_PRIVATE`: the words are shared across processes.
+    const FUTEX2_SIZE_U32: u32 = 0x02;
+    let w = [
+        FutexWaitv {
+            val: u64::from(expected),
+            uaddr: futex_addr(word) as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        },
+        FutexWaitv {
+            val: u64::from(beacon_expected),
+            uaddr: beacon.as_ptr() as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        },
+    ];
+    let ts = until_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: two valid entries for 4-byte aligned words that stay mapped during the call (the
+    // slot word in the lock file's mapping, the beacon in a segment never detached); the
+    // kernel only reads them. `ts_ptr` is null or points to `ts`, alive for the call; the
+    // timeout is absolute on CLOCK_MONOTONIC.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex_waitv,
+            w.as_ptr(),
+            2u32,
+            0u32,
+            ts_ptr,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        let now = super::clock::monotonic_ns();
+        let cap = now.saturating_add(1_000_000);
+        wait(word, expected, Some(until_ns.map_or(cap, |u| u.min(cap))));
+    }
+}
+
+/// `FUTEX_WAKE` of every waiter on a 32-bit word (a beacon whose owner died: the kernel wakes
+/// one of its watchers, who wakes the others). Needs only read access to the word.
+pub fn wake_all_u32(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; the word stays mapped.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
     }
 }
 

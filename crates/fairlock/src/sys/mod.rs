@@ -2,6 +2,7 @@
 //! system call it makes. Besides the mapping (`src/file/mapping.rs`) and the handle's
 //! fork-aware pointer (`src/api/lock.rs`), this is the only layer that uses `unsafe`.
 
+pub mod beacon;
 pub mod boot_id;
 pub mod clock;
 #[cfg(feature = "__test-crash-points")]

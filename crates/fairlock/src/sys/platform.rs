@@ -7,8 +7,8 @@ use super::{clock, futex, ofd};
 use crate::core::layout::Participant;
 use crate::core::names::owner_liveness;
 use crate::core::{Liveness, Platform};
-use crate::primitive::AtomicU64;
 use crate::primitive::Ordering::Acquire;
+use crate::primitive::{AtomicU32, AtomicU64};
 
 /// The platform as seen from one process's open lock file.
 pub struct SysPlatform<'a> {
@@ -21,6 +21,8 @@ pub struct SysPlatform<'a> {
     pub owners: Option<Owners<'a>>,
     /// Number of participant entries in the file.
     pub participants: u32,
+    /// The participant entries (for the beacon segments their processes recorded).
+    pub entries: &'a [Participant],
     /// This process's lock for writing its lease deadline into its participant entry.
     pub lease_lock: &'a std::sync::Mutex<()>,
 }
@@ -88,6 +90,33 @@ impl Platform for SysPlatform<'_> {
         let now = clock::monotonic_ns();
         let nap = until.map_or(200_000, |u| u.saturating_sub(now).min(200_000));
         std::thread::sleep(std::time::Duration::from_nanos(nap.max(1)));
+    }
+
+    fn beacon(&self, index: u32, beacon: u32) -> Option<&AtomicU32> {
+        // Names files keep their owners' identities elsewhere (file-wide entries): not yet.
+        if self.owners.is_some() || index >= self.participants || beacon == 0 {
+            return None;
+        }
+        let entry = self.entries.get(index as usize)?;
+        // Acquire: informational pairing with the owner's store at registration; the segment's
+        // nonce is what makes a stale or reused identity harmless.
+        let identity = entry.claim.load(Acquire);
+        super::beacon::watch(identity, beacon - 1)
+    }
+
+    fn wait_watching(
+        &self,
+        word: &AtomicU64,
+        expected: u32,
+        beacon: &AtomicU32,
+        beacon_expected: u32,
+        until: Option<u64>,
+    ) {
+        futex::wait_watching(word, expected, beacon, beacon_expected, until);
+    }
+
+    fn wake_watchers(&self, beacon: &AtomicU32) {
+        futex::wake_all_u32(beacon);
     }
 
     fn liveness(&self, index: u32) -> Liveness {

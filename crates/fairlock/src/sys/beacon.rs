@@ -1,0 +1,232 @@
+//! Thread beacons: death notices from the kernel (issue 15, "waiting without timers").
+//!
+//! Each process keeps its threads' beacons in one SysV shared memory segment of its own
+//! (`shmget(IPC_PRIVATE)`, marked `IPC_RMID` at once, so it vanishes with its last attachment
+//! and never leaks, SIGKILL included). A beacon is a robust, process-shared pthread mutex that
+//! a thread locks the first time it needs one and keeps locked for the rest of its life: glibc
+//! links it into the thread's robust list, and when the thread ends — killed with its process,
+//! crashed, or exited — the kernel sets `FUTEX_OWNER_DIED` in the mutex word and wakes a waiter
+//! (the owner sets `FUTEX_WAITERS` itself when it locks, so that the kernel always wakes). A
+//! waiter sleeps in `futex_waitv` on its own slot word *and* the holder's beacon word: no
+//! timer, woken by the grant or by the holder thread's death.
+//!
+//! Only the owner process writes its segment (waiters attach it read-only, `SHM_RDONLY`), so no
+//! other process can reach the pointers glibc's robust list runs through — the reason the
+//! beacons are not in the lock file (docs/FORMAT-2.md, "What the first implementation showed").
+//! A segment is identified by its id and a random 32-bit nonce written at its start; a waiter
+//! checks the nonce after attaching, so a reused id never passes for the old segment.
+//!
+//! A process that cannot create or attach a segment (limits, another IPC namespace, seccomp)
+//! simply has no beacons: its waiters fall back to the timed liveness polls.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use super::thread::fork_generation;
+
+/// Beacons per segment: threads beyond this many have none (their waiters poll).
+pub const BEACONS: u32 = 1024;
+/// Bytes per beacon: one `pthread_mutex_t` (40 bytes) on a cache line of its own.
+const ENTRY: usize = 64;
+/// The segment's header: magic, nonce.
+const HEADER: usize = 64;
+const SIZE: usize = HEADER + BEACONS as usize * ENTRY;
+/// `b"FLBEACON"`.
+const MAGIC: u64 = u64::from_le_bytes(*b"FLBEACON");
+const FUTEX_WAITERS: u32 = 0x8000_0000;
+
+/// A segment of this process: its id, nonce and base address.
+#[derive(Clone, Copy)]
+struct Segment {
+    id: i32,
+    nonce: u32,
+    base: usize,
+}
+
+/// This process's segment, with the fork generation it was made in (a forked child makes its
+/// own: its threads own no beacon of its parent's).
+static MINE: Mutex<Option<(u64, Segment)>> = Mutex::new(None);
+
+/// Segments of other processes (and ours) attached for watching: (id, nonce, base). Never
+/// detached (a waiter may be sleeping on a word in one), so bounded.
+static ATTACHED: Mutex<Vec<(i32, u32, usize)>> = Mutex::new(Vec::new());
+/// The most segments a process keeps attached for watching (64 KiB of address space each).
+const MAX_ATTACHED: usize = 256;
+
+thread_local! {
+    /// This thread's beacon: (fork generation, 1 + index), 0 for none yet; `u32::MAX` once
+    /// claiming failed (no segment, or all beacons taken).
+    static THREAD_BEACON: core::cell::Cell<(u64, u32)> = const { core::cell::Cell::new((u64::MAX, 0)) };
+}
+
+/// What a participant entry records of its process's segment: `id << 32 | nonce`, 0 if none.
+pub fn identity() -> u64 {
+    segment().map_or(0, |s| (u64::from(s.id as u32) << 32) | u64::from(s.nonce))
+}
+
+/// The calling thread's beacon index (claimed the first time), if it has one.
+#[inline]
+pub fn thread_beacon() -> Option<u32> {
+    let generation = fork_generation();
+    let (g, b) = THREAD_BEACON.with(|c| c.get());
+    if g == generation {
+        return (b != 0 && b != u32::MAX).then(|| b - 1);
+    }
+    claim_thread_beacon(generation)
+}
+
+#[cold]
+fn claim_thread_beacon(generation: u64) -> Option<u32> {
+    let found = segment().and_then(|s| {
+        let start = super::thread::current_tid() % BEACONS;
+        (0..BEACONS)
+            .map(|k| (start + k) % BEACONS)
+            .find(|&i| try_own(s, i))
+    });
+    let b = found.map_or(u32::MAX, |i| i + 1);
+    THREAD_BEACON.with(|c| c.set((generation, b)));
+    found
+}
+
+/// Locks beacon `i` of our segment for the calling thread, for good: true if it is ours now.
+fn try_own(s: Segment, i: u32) -> bool {
+    let m = mutex_at(s.base, i);
+    // SAFETY: `m` points to an initialised process-shared robust mutex in our own segment,
+    // which stays attached for the life of the process (never detached).
+    let r = unsafe { libc::pthread_mutex_trylock(m) };
+    let ours = match r {
+        0 => true,
+        libc::EOWNERDEAD => {
+            // A thread of ours that owned it ended: repair and keep it.
+            // SAFETY: as above; we own the mutex after EOWNERDEAD.
+            unsafe { libc::pthread_mutex_consistent(m) == 0 }
+        }
+        _ => false,
+    };
+    if ours {
+        // The kernel wakes a waiter at our death only if FUTEX_WAITERS is set; waiters cannot
+        // set it (read-only), so we do. Only the owner (we) and the kernel write the word now.
+        word_at(s.base, i).fetch_or(FUTEX_WAITERS, Relaxed);
+    }
+    ours
+}
+
+/// This process's segment, made the first time (and again in a forked child).
+fn segment() -> Option<Segment> {
+    let generation = fork_generation();
+    let mut mine = MINE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((g, s)) = *mine
+        && g == generation
+    {
+        return Some(s);
+    }
+    let s = create()?;
+    *mine = Some((generation, s));
+    // Our own segment is watched like anyone's (a waiter of ours behind a holder of ours).
+    ATTACHED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((s.id, s.nonce, s.base));
+    Some(s)
+}
+
+fn create() -> Option<Segment> {
+    // SAFETY: plain system calls on arguments we own; results checked.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, SIZE, libc::IPC_CREAT | 0o644) };
+    if id < 0 {
+        return None;
+    }
+    // SAFETY: attaching a segment we just created, at an address the kernel chooses.
+    let base = unsafe { libc::shmat(id, core::ptr::null(), 0) };
+    // SAFETY: marks the segment for removal once its last attachment goes (Linux still lets
+    // others attach it by id meanwhile); so it never outlives us and our watchers.
+    unsafe { libc::shmctl(id, libc::IPC_RMID, core::ptr::null_mut()) };
+    if base as isize == -1 {
+        return None;
+    }
+    let base = base as usize;
+    let nonce = random_nonce();
+    // SAFETY: the segment is SIZE bytes, zero-filled by the kernel, page-aligned, ours; the
+    // mutexes are initialised before anyone can learn the segment's id.
+    unsafe {
+        let mut attr: libc::pthread_mutexattr_t = core::mem::zeroed();
+        libc::pthread_mutexattr_init(&mut attr);
+        libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+        libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+        for i in 0..BEACONS {
+            libc::pthread_mutex_init(mutex_at(base, i), &attr);
+        }
+        libc::pthread_mutexattr_destroy(&mut attr);
+        let head = &*(base as *const AtomicU64);
+        let n = &*((base + 8) as *const AtomicU32);
+        n.store(nonce, Relaxed);
+        head.store(MAGIC, Relaxed);
+    }
+    Some(Segment { id, nonce, base })
+}
+
+fn random_nonce() -> u32 {
+    let mut b = [0u8; 4];
+    // SAFETY: getrandom writes at most 4 bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, 0) };
+    let v = u32::from_le_bytes(b);
+    if n == 4 && v != 0 {
+        return v;
+    }
+    // No getrandom: the time and our pid are unique enough for telling segments apart.
+    let t = super::clock::monotonic_ns();
+    ((t ^ (t >> 32) ^ u64::from(std::process::id()).rotate_left(17)) as u32).max(1)
+}
+
+fn mutex_at(base: usize, i: u32) -> *mut libc::pthread_mutex_t {
+    (base + HEADER + i as usize * ENTRY) as *mut libc::pthread_mutex_t
+}
+
+fn word_at(base: usize, i: u32) -> &'static AtomicU32 {
+    // SAFETY: glibc's pthread_mutex_t begins with its 32-bit futex word (`__lock`); the
+    // segment stays attached for the life of the process; any bits are a valid AtomicU32.
+    unsafe { &*((base + HEADER + i as usize * ENTRY) as *const AtomicU32) }
+}
+
+/// The futex word of beacon `index` of the segment `identity` names (see [`identity`]),
+/// attached read-only (or ours), if it can be: a wrong nonce, an index out of range or a
+/// segment that is gone give `None` (then the caller polls).
+pub fn watch(identity: u64, index: u32) -> Option<&'static AtomicU32> {
+    let (id, nonce) = ((identity >> 32) as i32, identity as u32);
+    if identity == 0 || index >= BEACONS || id < 0 {
+        return None;
+    }
+    let mut attached = ATTACHED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, _, base)) = attached.iter().find(|e| e.0 == id && e.1 == nonce) {
+        return Some(word_at(base, index));
+    }
+    if attached.len() >= MAX_ATTACHED {
+        return None;
+    }
+    // SAFETY: attaching read-only; the result is checked below before anything is read
+    // beyond the header.
+    let base = unsafe { libc::shmat(id, core::ptr::null(), libc::SHM_RDONLY) };
+    if base as isize == -1 {
+        return None;
+    }
+    let base = base as usize;
+    // SAFETY: every segment is at least a page; the header's first 12 bytes are readable.
+    let (magic, found) = unsafe {
+        (
+            (*(base as *const AtomicU64)).load(Relaxed),
+            (*((base + 8) as *const AtomicU32)).load(Relaxed),
+        )
+    };
+    // SAFETY: the segment's size, checked before indexing into it.
+    let size_ok = unsafe {
+        let mut ds: libc::shmid_ds = core::mem::zeroed();
+        libc::shmctl(id, libc::IPC_STAT, &mut ds) == 0 && ds.shm_segsz >= SIZE
+    };
+    if magic != MAGIC || found != nonce || !size_ok {
+        // SAFETY: detaching what we attached above; nothing refers to it.
+        unsafe { libc::shmdt(base as *const libc::c_void) };
+        return None;
+    }
+    attached.push((id, nonce, base));
+    Some(word_at(base, index))
+}
