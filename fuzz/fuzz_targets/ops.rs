@@ -53,6 +53,7 @@ fuzz_target!(|data: &[u8]| {
             tid: 7,
             lease_ms: (op & 8 != 0).then_some(u64::from(op >> 4) + 1),
             shared: false,
+            beacon: 0,
         };
         match op % 12 {
             0 | 1 => {
