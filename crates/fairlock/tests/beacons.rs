@@ -54,8 +54,20 @@ const GRANTED: usize = 0;
 const TOKEN: usize = 1;
 
 fn run_worker(r: &str) {
-    let lock = FairLock::open(common::env("FL_LOCK")).expect("worker open");
     let shm = Shm::open(common::env("FL_SHM").as_ref());
+    if r == "hold-named" {
+        let lock = FairLock::options()
+            .name("jobs")
+            .open(common::env("FL_LOCK"))
+            .expect("worker open");
+        let g = lock.lock().expect("lock");
+        shm.write(TOKEN, g.token());
+        shm.atomic(GRANTED).store(1, SeqCst);
+        std::thread::sleep(Duration::from_secs(60));
+        drop(g);
+        return;
+    }
+    let lock = FairLock::open(common::env("FL_LOCK")).expect("worker open");
     match r {
         // Take the lock, report, and wait to be killed.
         "hold" => {
@@ -191,4 +203,48 @@ fn a_sibling_thread_s_end_is_not_the_holder_s_death() {
     );
     kill(&mut holder);
     assert!(waiter.join().unwrap(), "told the owner died once it did");
+}
+
+/// The same for a named lock: the waiter finds the holder's segment through the name's entry,
+/// its owner word and the holder process's file-wide entry, and is woken by the kernel.
+#[test]
+fn a_killed_holder_of_a_name_s_waiter_is_woken_by_the_kernel() {
+    if let Some(r) = role() {
+        return run_worker(&r);
+    }
+    let test = "a_killed_holder_of_a_name_s_waiter_is_woken_by_the_kernel";
+    let dir = TempDir::new("beacons-kill-named");
+    let shm = Shm::create(&dir.join("shm"), 4);
+    let path = dir.join("lock");
+    let lock = Arc::new(FairLock::options().name("jobs").open(&path).unwrap());
+    let mut holder = worker(&dir, test, "hold-named");
+    common::wait_until(Duration::from_secs(30), "the holder's grant", || {
+        shm.read(GRANTED) == 1
+    });
+    let waiter = {
+        let lock = Arc::clone(&lock);
+        std::thread::spawn(move || {
+            let before = voluntary_switches();
+            let g = lock.lock().unwrap();
+            (g.owner_died(), voluntary_switches() - before)
+        })
+    };
+    common::wait_until(Duration::from_secs(10), "the waiter queued", || {
+        fairlock::inspect(&path)
+            .ok()
+            .and_then(|st| {
+                st.names
+                    .into_iter()
+                    .find(|n| n.name.as_deref() == Some("jobs"))
+            })
+            .is_some_and(|n| !n.waiters.is_empty())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    kill(&mut holder);
+    let (died, switches) = waiter.join().unwrap();
+    assert!(died, "the next holder is told the owner died");
+    assert!(
+        switches < 20,
+        "the waiter woke {switches} times in half a second behind the holder of the name"
+    );
 }

@@ -56,8 +56,7 @@ pub struct FairLock {
     kept_on_exit: u64,
     /// Whether its grants publish their thread's beacon (`sys::beacon`), so that waiters learn
     /// of the holder's death from the kernel: only grants that end with their thread — not a
-    /// `FairMutex`'s (kept on exit), not the fd form's (held for a descriptor), not a named
-    /// lock's (its process's beacons are not found through a name's entries yet).
+    /// `FairMutex`'s (kept on exit), not the fd form's (held for a descriptor).
     pub(crate) beacon_hints: bool,
 }
 
@@ -141,7 +140,7 @@ impl FairLock {
             } else {
                 KEPT_ON_EXIT
             },
-            beacon_hints: create.data_type.is_empty() && name.is_none(),
+            beacon_hints: create.data_type.is_empty(),
             name,
         }
     }

@@ -40,6 +40,28 @@ pub struct Owners<'a> {
 }
 
 impl Owners<'_> {
+    /// The beacon segment of the process that owns entry `index` of the lock, read from its
+    /// file-wide entry — only while that entry is still the owner word's claim (its
+    /// generation unchanged around the read): a file-wide entry claimed since by another
+    /// process names *that* process's segment, whose beacons say nothing of the holder (and
+    /// whose claimer does not revoke the records the dead one held, unlike a file of one
+    /// lock's).
+    fn identity(&self, index: u32) -> Option<u64> {
+        // Acquire: pairs with the claimer's compare-and-swap of the owner word.
+        let word = self.record.get(index as usize)?.claim.load(Acquire);
+        let k = crate::core::name_layout::owner_of(word)?;
+        let process = self.processes.get(k as usize)?;
+        // Acquire (all three): the claimer bumps the generation, then stores the identity
+        // (Release); an identity newer than `before` makes `after` differ.
+        let before = process.generation.load(Acquire);
+        if !crate::core::name_layout::same_generation(word, before) {
+            return None;
+        }
+        let identity = process.claim.load(Acquire);
+        let after = process.generation.load(Acquire);
+        (after == before).then_some(identity)
+    }
+
     /// Whether the owner of entry `index` lives, probing beacons through `file`.
     pub fn liveness(&self, file: &File, index: u32) -> Liveness {
         let Some(entry) = self.record.get(index as usize) else {
@@ -93,14 +115,16 @@ impl Platform for SysPlatform<'_> {
     }
 
     fn beacon(&self, index: u32, beacon: u32) -> Option<&AtomicU32> {
-        // Names files keep their owners' identities elsewhere (file-wide entries): not yet.
-        if self.owners.is_some() || index >= self.participants || beacon == 0 {
+        if index >= self.participants || beacon == 0 {
             return None;
         }
-        let entry = self.entries.get(index as usize)?;
-        // Acquire: informational pairing with the owner's store at registration; the segment's
-        // nonce is what makes a stale or reused identity harmless.
-        let identity = entry.claim.load(Acquire);
+        let identity = match &self.owners {
+            // Acquire: pairs with the owner's Release store at registration; the segment's
+            // nonce makes a stale or reused identity harmless (and an entry reclaimed by a
+            // new process first revokes what its dead predecessor held, which wakes us).
+            None => self.entries.get(index as usize)?.claim.load(Acquire),
+            Some(owners) => owners.identity(index)?,
+        };
         super::beacon::watch(identity, beacon - 1)
     }
 
