@@ -225,6 +225,8 @@ fn claim_process_entry(beacon: &Beacon, map: &NamesMap, path: &Path) -> Result<(
             // SeqCst: ordered after the beacon claim and before any owner word we write.
             let generation = entry.generation.fetch_add(1, SeqCst).wrapping_add(1);
             note_time(entry, std::process::id());
+            // At once: a name's waiters use it only while the generation is this claim's.
+            super::shared::publish_identity(entry);
             return Ok((j, generation));
         }
     }

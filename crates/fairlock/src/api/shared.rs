@@ -173,6 +173,9 @@ impl Shared {
         let participant = register(beacon.file(), &opened.mapping, path)?;
         let shared = Shared::new(path, beacon, opened.mapping, participant, None);
         core::clean_up_participant(&shared.state(), &shared.platform(), participant);
+        if let Some(entry) = shared.state().participant(participant) {
+            publish_identity(entry);
+        }
         Ok(Shared::insert(shared, id))
     }
 
@@ -337,14 +340,22 @@ pub(crate) fn note_claim(entry: &Participant, pid: u32) {
     note_time(entry, pid);
 }
 
-/// Writes our pid (informational: status) and our thread-beacon segment's identity (see
-/// `sys::beacon`: waiters watch our threads' beacons through it) into an entry. Not for a
-/// name's entry, whose `claim` field is its owner word.
+/// Writes our pid (informational: status) into an entry we claimed, and clears the
+/// thread-beacon segment its previous process left there (see [`publish_identity`]). Not for
+/// a name's entry, whose `claim` field is its owner word.
 pub(crate) fn note_time(entry: &Participant, pid: u32) {
     // Relaxed: informational.
     entry.pid.store(pid, Relaxed);
-    // Release: pairs with a waiter's Acquire load (`SysPlatform::beacon`); the segment's nonce
-    // makes an older value harmless anyway.
+    // Release: as in `publish_identity`.
+    entry.claim.store(0, Release);
+}
+
+/// Writes our thread-beacon segment's identity (see `sys::beacon`) into our entry, so that
+/// waiters can watch our threads. In a file of one lock only once what the entry's dead
+/// predecessor held has been revoked: a waiter behind that dead holder must not watch *our*
+/// segment for it (review finding).
+pub(crate) fn publish_identity(entry: &Participant) {
+    // Release: pairs with a waiter's Acquire load (`SysPlatform::watch_holder`).
     entry.claim.store(crate::sys::beacon::identity(), Release);
 }
 

@@ -3,7 +3,7 @@
 //! Production implements it with futexes, `CLOCK_MONOTONIC` and OFD-lock beacons
 //! (`src/sys`); model tests implement it with yields and a scripted clock.
 
-use crate::primitive::{AtomicU32, AtomicU64};
+use crate::primitive::AtomicU64;
 
 /// Whether a participant (a process) is alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,36 +39,22 @@ pub trait Platform {
     /// anything; implementations must not trust it.
     fn liveness(&self, index: u32) -> Liveness;
 
-    /// The death notice of a holder's thread: the futex word of beacon `beacon` (1 + index,
-    /// as published in `Slot::beacon` or the header's `fast_hint`) of participant `index`'s
-    /// process, if it can be watched; its owner thread's death sets [`OWNER_DIED`] in it and
-    /// wakes a watcher. `None` (the default, and wherever it cannot be attached): the waiter
-    /// polls the holder's liveness instead. `index` and `beacon` come from the shared file and
-    /// may be anything; implementations must not trust them.
-    fn beacon(&self, index: u32, beacon: u32) -> Option<&AtomicU32> {
-        let _ = (index, beacon);
-        None
-    }
-
-    /// Sleeps while the low 32 bits of `word` equal `expected` *and* `beacon` equals
-    /// `beacon_expected`: until a wake of either, `until`, or spuriously. The default waits on
-    /// `word` alone, for at most a millisecond (so that a death is still seen soon).
-    fn wait_watching(
+    /// Sleeps while the low 32 bits of `word` equal `expected`, watching the death notice of
+    /// the holder's thread: beacon `beacon` (1 + index, as published in `Slot::beacon` or the
+    /// header's `fast_hint`) of participant `index`'s process. Wakes at a wake of `word`, the
+    /// beacon owner's death, `until`, or spuriously. `index` and `beacon` come from the shared
+    /// file and may be anything; implementations must not trust them. The default (and
+    /// wherever no beacon can be watched) waits for nothing and says so.
+    fn watch_holder(
         &self,
         word: &AtomicU64,
         expected: u32,
-        beacon: &AtomicU32,
-        beacon_expected: u32,
+        index: u32,
+        beacon: u32,
         until: Option<u64>,
-    ) {
-        let _ = (beacon, beacon_expected);
-        let cap = self.now_ns().saturating_add(1_000_000);
-        self.wait(word, expected, Some(until.map_or(cap, |u| u.min(cap))));
-    }
-
-    /// Wakes every watcher of a beacon whose owner died (the kernel woke one).
-    fn wake_watchers(&self, beacon: &AtomicU32) {
-        let _ = beacon;
+    ) -> Watched {
+        let _ = (word, expected, index, beacon, until);
+        Watched::Unavailable
     }
 
     /// Runs `f` under this process's lock for writing its participant entry's lease deadline
@@ -78,8 +64,18 @@ pub trait Platform {
     fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R;
 }
 
-/// The bit the kernel sets in a robust futex word when its owner thread dies.
-pub const OWNER_DIED: u32 = 0x4000_0000;
+/// What [`Platform::watch_holder`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// No beacon could be watched (none published, none attachable, `futex_waitv` refused):
+    /// nothing was waited for; the caller polls instead.
+    Unavailable,
+    /// The beacon's owner thread has ended (seen before or after the wait); its other
+    /// watchers were woken.
+    Died,
+    /// The wait ended (a wake of the word, `until`, a signal, or spuriously).
+    Waited,
+}
 
 /// Timing parameters of the waiting strategy.
 #[derive(Clone, Copy, Debug)]

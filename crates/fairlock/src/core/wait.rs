@@ -7,12 +7,11 @@ use super::claim::{Claim, claim_granted, stamp_since};
 use super::fast::{Taken, end_fast, take, try_fast};
 use super::layout::{LockState, Slot};
 use super::lock_word::LockWord;
-use super::platform::{OWNER_DIED, Platform, Tuning};
+use super::platform::{Platform, Tuning, Watched};
 use super::publish::{Published, publish};
 use super::recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
-use crate::primitive::AtomicU32;
 use crate::primitive::Ordering::{Acquire, Relaxed};
 use crate::primitive::spin_step;
 
@@ -255,6 +254,8 @@ fn wait_for_grant<P: Platform>(
     // taker is about to claim it from one whose taker died (see `try_lock`).
     let mut deadline = deadline;
     let mut recovered_at_deadline = false;
+    // Whether to watch the holder's beacon (until the platform says it cannot).
+    let mut beacons = true;
     loop {
         let w = match claim_granted(st, p, t, me)? {
             Claim::Held(g) => {
@@ -306,28 +307,37 @@ fn wait_for_grant<P: Platform>(
         recover(st, p, t, watch, tuning);
         // Next in line behind a holder that published its thread's beacon: no timer. Sleep on
         // our word and the beacon; the kernel wakes us at the grant or at the holder thread's
-        // death (a waiter with an interrupt hook still looks at it every 50 ms at least; a
-        // signal interrupts the sleep at once).
-        if head && let Some(ahead) = holder_beacon(st, p, t) {
-            // Acquire: a death seen here comes after everything the dead thread wrote.
-            let v = ahead.word.load(Acquire);
-            if v & OWNER_DIED != 0 {
-                p.wake_watchers(ahead.word);
-                revoke_dead(st, p, &ahead);
-                continue;
-            }
+        // death (a waiter with an interrupt hook still asks it every 50 ms at least; a signal
+        // interrupts the sleep at once; a backstop of `BACKSTOP_NS` covers a watcher killed
+        // before it passed a death's wake-up on).
+        if head
+            && beacons
+            && let Some(ahead) = holder_beacon(st, t)
+        {
             let sleeping = w.with_state(State::Sleeping);
             if w.state() == Some(State::Waiting) && !cas(slot, w, sleeping) {
                 continue; // changed: re-read
             }
             crate::crash_point!("acquire.parking");
-            let until = if watch.has_hook() {
-                let poll = p.now_ns().saturating_add(INTERRUPT_POLL_NS);
-                Some(deadline.map_or(poll, |d| d.min(poll)))
+            let now = p.now_ns();
+            let cap = now.saturating_add(if watch.has_hook() {
+                INTERRUPT_POLL_NS
             } else {
-                deadline
-            };
-            p.wait_watching(&slot.word, sleeping.futex_value(), ahead.word, v, until);
+                BACKSTOP_NS
+            });
+            let until = Some(deadline.map_or(cap, |d| d.min(cap)));
+            match p.watch_holder(
+                &slot.word,
+                sleeping.futex_value(),
+                ahead.participant,
+                ahead.beacon,
+                until,
+            ) {
+                Watched::Died => revoke_dead(st, p, &ahead.what),
+                Watched::Waited => {}
+                // Poll instead, for the rest of this wait.
+                Watched::Unavailable => beacons = false,
+            }
             if watch.interrupted() {
                 deadline = Some(0);
             }
@@ -356,15 +366,16 @@ fn wait_for_grant<P: Platform>(
     }
 }
 
-/// The holder just ahead of a waiter and the death notice of its thread: the fast holder
+/// The holder just ahead of a waiter and where its thread's death notice is: the fast holder
 /// (while the waiter's ticket is the queue's first) or the ticket before the waiter's, held
 /// without a lease, whose thread published its beacon (see `sys::beacon`).
-struct HolderBeacon<'b> {
-    word: &'b AtomicU32,
+struct HolderBeacon {
+    participant: u32,
+    beacon: u32,
     what: Holding,
 }
 
-/// Which grant a [`HolderBeacon`] watches, as read before its beacon was looked up.
+/// Which grant a [`HolderBeacon`] names, as read before its beacon was.
 enum Holding {
     /// Fast grant `ticket` of entry `participant`.
     Fast { ticket: u64, participant: u32 },
@@ -372,17 +383,13 @@ enum Holding {
     Slot { ticket: u64, word: Word },
 }
 
-/// The beacon of the holder just ahead of ticket `t`, if it published one and it can be
-/// watched. Read in this order — the grant, then the hint, whose tag must name that very
-/// grant — so that the beacon is the holder's own: it was locked by the holder's thread
-/// before the thread took the grant, and its word shows `OWNER_DIED` only after that thread
-/// ended. A leased holder is not watched (its lease must be timed), nor a grant kept past its
-/// thread (a `FairMutex`'s, the fd form's: they publish no beacon).
-fn holder_beacon<'b, P: Platform>(
-    st: &LockState<'_>,
-    p: &'b P,
-    t: u64,
-) -> Option<HolderBeacon<'b>> {
+/// The beacon of the holder just ahead of ticket `t`, if it published one. Read in this order
+/// — the grant, then the hint, whose tag must name that very grant — so that the beacon is the
+/// holder's own: it was locked by the holder's thread before the thread took the grant, and its
+/// word shows `OWNER_DIED` only after that thread ended. A leased holder is not watched (its
+/// lease must be timed), nor a grant kept past its thread (a `FairMutex`'s, the fd form's: they
+/// publish no beacon).
+fn holder_beacon(st: &LockState<'_>, t: u64) -> Option<HolderBeacon> {
     if st.is_weighted() {
         return None;
     }
@@ -397,13 +404,13 @@ fn holder_beacon<'b, P: Platform>(
         let ticket = t.wrapping_sub(1);
         // Relaxed: the tag decides (a hint with this grant's ticket is this grant's holder's).
         let hint = st.header().fast_hint.load(Relaxed);
-        if hint >> 24 != ticket.wrapping_add(1) & ((1 << 40) - 1) {
+        if hint >> 24 != ticket.wrapping_add(1) & ((1 << 40) - 1) || hint & 0xF_FFFF == 0 {
             return None;
         }
         let participant = lw.holder();
-        let word = p.beacon(participant, (hint & 0xF_FFFF) as u32)?;
         return Some(HolderBeacon {
-            word,
+            participant,
+            beacon: (hint & 0xF_FFFF) as u32,
             what: Holding::Fast {
                 ticket,
                 participant,
@@ -425,21 +432,21 @@ fn holder_beacon<'b, P: Platform>(
         return None;
     }
     // Relaxed: ordered by the stamp above. (A later ticket of this slot may have written its
-    // own beacon since, but only after this ticket ended: then the revocation below, a CAS
-    // from `word`, finds nothing to revoke.)
+    // own beacon since, but only after this ticket ended: then the revocation, a CAS from
+    // `word`, finds nothing to revoke.)
     let beacon = slot.beacon.load(Relaxed);
-    let b = p.beacon(word.participant(), beacon)?;
-    Some(HolderBeacon {
-        word: b,
+    (beacon != 0).then_some(HolderBeacon {
+        participant: word.participant(),
+        beacon,
         what: Holding::Slot { ticket, word },
     })
 }
 
-/// The thread of the grant `ahead` watches ended while it held: revoke that grant (the next
+/// The thread of the grant `what` names ended while it held: revoke that grant (the next
 /// holder is told the owner died). A grant that ended meanwhile is left alone (the CAS, or
 /// `end_fast`'s ticket check, fails).
-fn revoke_dead<P: Platform>(st: &LockState<'_>, p: &P, ahead: &HolderBeacon<'_>) {
-    match ahead.what {
+fn revoke_dead<P: Platform>(st: &LockState<'_>, p: &P, what: &Holding) {
+    match *what {
         Holding::Fast {
             ticket,
             participant,
@@ -454,6 +461,11 @@ fn revoke_dead<P: Platform>(st: &LockState<'_>, p: &P, ahead: &HolderBeacon<'_>)
         }
     }
 }
+
+/// The longest a next-in-line waiter sleeps on a holder's beacon without looking again: a
+/// backstop only (the kernel wakes one watcher of a dead thread's beacon, which wakes the
+/// others; one killed in between would leave them to this).
+pub const BACKSTOP_NS: u64 = 10_000_000_000;
 
 /// Parks on our slot word: `Waiting → Sleeping` (so a grantor knows to wake us), then a futex
 /// wait expecting the `Sleeping` value.

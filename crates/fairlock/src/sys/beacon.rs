@@ -19,8 +19,10 @@
 //! A process that cannot create or attach a segment (limits, another IPC namespace, seccomp)
 //! simply has no beacons: its waiters fall back to the timed liveness polls.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
+};
 
 use super::thread::fork_generation;
 
@@ -34,6 +36,8 @@ const SIZE: usize = HEADER + BEACONS as usize * ENTRY;
 /// `b"FLBEACON"`.
 const MAGIC: u64 = u64::from_le_bytes(*b"FLBEACON");
 const FUTEX_WAITERS: u32 = 0x8000_0000;
+/// The bit the kernel sets in a robust futex word when its owner thread dies.
+pub const OWNER_DIED: u32 = 0x4000_0000;
 
 /// A segment of this process: its id, nonce and base address.
 #[derive(Clone, Copy)]
@@ -43,15 +47,21 @@ struct Segment {
     base: usize,
 }
 
-/// This process's segment, with the fork generation it was made in (a forked child makes its
-/// own: its threads own no beacon of its parent's).
-static MINE: Mutex<Option<(u64, Segment)>> = Mutex::new(None);
+/// This process's segment and the fork generation it was made in (a forked child makes its
+/// own: its threads own no beacon of its parent's). A leaked box, replaced by compare-and-swap:
+/// no lock, so that a `fork` while another thread makes the segment leaves the child nothing
+/// held (review finding: a mutex held across the creation deadlocked a forked child).
+static MINE: AtomicPtr<(u64, Segment)> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Segments of other processes (and ours) attached for watching: (id, nonce, base). Never
-/// detached (a waiter may be sleeping on a word in one), so bounded.
-static ATTACHED: Mutex<Vec<(i32, u32, usize)>> = Mutex::new(Vec::new());
-/// The most segments a process keeps attached for watching (64 KiB of address space each).
-const MAX_ATTACHED: usize = 256;
+/// Segments attached for watching, lock-free for the same reason. Entry `i` is free (key 0),
+/// being filled or emptied (key `BUSY`), or holds the segment `key` (`id << 32 | nonce`) at
+/// `base`, with `users` waits on it under way. Never more than `TABLE` at once: a waiter
+/// finding no room polls instead.
+const TABLE: usize = 64;
+const BUSY: u64 = u64::MAX;
+static KEYS: [AtomicU64; TABLE] = [const { AtomicU64::new(0) }; TABLE];
+static BASES: [AtomicUsize; TABLE] = [const { AtomicUsize::new(0) }; TABLE];
+static USERS: [AtomicU32; TABLE] = [const { AtomicU32::new(0) }; TABLE];
 
 thread_local! {
     /// This thread's beacon: (fork generation, 1 + index), 0 for none yet; `u32::MAX` once
@@ -61,7 +71,11 @@ thread_local! {
 
 /// What a participant entry records of its process's segment: `id << 32 | nonce`, 0 if none.
 pub fn identity() -> u64 {
-    segment().map_or(0, |s| (u64::from(s.id as u32) << 32) | u64::from(s.nonce))
+    segment().map_or(0, |s| key_of(s.id, s.nonce))
+}
+
+fn key_of(id: i32, nonce: u32) -> u64 {
+    (u64::from(id as u32) << 32) | u64::from(nonce)
 }
 
 /// The calling thread's beacon index (claimed the first time), if it has one.
@@ -114,20 +128,34 @@ fn try_own(s: Segment, i: u32) -> bool {
 /// This process's segment, made the first time (and again in a forked child).
 fn segment() -> Option<Segment> {
     let generation = fork_generation();
-    let mut mine = MINE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((g, s)) = *mine
+    // Acquire: pairs with the Release CAS that installed it (the segment initialised).
+    let cur = MINE.load(Acquire);
+    // SAFETY: a non-null MINE points to a leaked, never freed box.
+    if let Some(&(g, s)) = unsafe { cur.as_ref() }
         && g == generation
     {
         return Some(s);
     }
     let s = create()?;
-    *mine = Some((generation, s));
-    // Our own segment is watched like anyone's (a waiter of ours behind a holder of ours).
-    ATTACHED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((s.id, s.nonce, s.base));
-    Some(s)
+    let new = Box::into_raw(Box::new((generation, s)));
+    // Release: publishes the initialised segment; Acquire on failure: as the load above.
+    match MINE.compare_exchange(cur, new, Release, Acquire) {
+        Ok(_) => Some(s),
+        Err(other) => {
+            // Another thread of ours made one first: use it, give ours back.
+            // SAFETY: `new` came from Box::into_raw above and was never shared; our segment
+            // was never published, so detaching it harms nobody (it is already IPC_RMID).
+            unsafe {
+                drop(Box::from_raw(new));
+                libc::shmdt(s.base as *const libc::c_void);
+            }
+            // SAFETY: as above.
+            match unsafe { other.as_ref() } {
+                Some(&(g, theirs)) if g == generation => Some(theirs),
+                _ => None, // a fork in between: the next call makes the child's own
+            }
+        }
+    }
 }
 
 fn create() -> Option<Segment> {
@@ -183,25 +211,60 @@ fn mutex_at(base: usize, i: u32) -> *mut libc::pthread_mutex_t {
 }
 
 fn word_at(base: usize, i: u32) -> &'static AtomicU32 {
-    // SAFETY: glibc's pthread_mutex_t begins with its 32-bit futex word (`__lock`); the
-    // segment stays attached for the life of the process; any bits are a valid AtomicU32.
+    // SAFETY: glibc's pthread_mutex_t begins with its 32-bit futex word (`__lock`); callers
+    // keep the segment attached while they use the word (our own: for the life of the
+    // process; a watched one: while their `Attachment` lives); any bits are a valid AtomicU32.
     unsafe { &*((base + HEADER + i as usize * ENTRY) as *const AtomicU32) }
 }
 
-/// The futex word of beacon `index` of the segment `identity` names (see [`identity`]),
-/// attached read-only (or ours), if it can be: a wrong nonce, an index out of range or a
-/// segment that is gone give `None` (then the caller polls).
-pub fn watch(identity: u64, index: u32) -> Option<&'static AtomicU32> {
+/// A watched beacon: its segment stays attached while this lives.
+pub struct Attachment {
+    entry: Option<usize>,
+    word: &'static AtomicU32,
+}
+
+impl Attachment {
+    /// The beacon's futex word.
+    pub fn word(&self) -> &AtomicU32 {
+        self.word
+    }
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        let Some(i) = self.entry else { return };
+        // Read while we still count as a user (the segment cannot go before our decrement).
+        let died = self.word.load(Relaxed) & OWNER_DIED != 0;
+        // SeqCst: one total order with the lookups' increments and the evictions' checks.
+        if USERS[i].fetch_sub(1, SeqCst) == 1 && died && take_unused(i) {
+            // The last wait on it saw a thread of its owner die (most often: the owner process
+            // died): let the segment go, so that a dead process's segment does not live on in
+            // its watchers (and with it the machine's shmmni: review finding). If the owner
+            // lives, a later wait attaches it again.
+            KEYS[i].store(0, SeqCst);
+        }
+    }
+}
+
+/// Beacon `index` of the segment `identity` names (see [`identity`]), attached (read-only,
+/// unless it is ours) for as long as the returned value lives, if it can be: a wrong nonce, an
+/// index out of range, a segment that is gone or no room left give `None` (then the caller
+/// polls).
+pub fn attach(identity: u64, index: u32) -> Option<Attachment> {
     let (id, nonce) = ((identity >> 32) as i32, identity as u32);
-    if identity == 0 || index >= BEACONS || id < 0 {
+    if identity == 0 || identity == BUSY || index >= BEACONS || id < 0 {
         return None;
     }
-    let mut attached = ATTACHED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, _, base)) = attached.iter().find(|e| e.0 == id && e.1 == nonce) {
-        return Some(word_at(base, index));
+    if let Some(s) = segment()
+        && key_of(s.id, s.nonce) == identity
+    {
+        return Some(Attachment {
+            entry: None,
+            word: word_at(s.base, index),
+        });
     }
-    if attached.len() >= MAX_ATTACHED {
-        return None;
+    if let Some(a) = lookup(identity, index) {
+        return Some(a);
     }
     // SAFETY: attaching read-only; the result is checked below before anything is read
     // beyond the header.
@@ -222,11 +285,76 @@ pub fn watch(identity: u64, index: u32) -> Option<&'static AtomicU32> {
         let mut ds: libc::shmid_ds = core::mem::zeroed();
         libc::shmctl(id, libc::IPC_STAT, &mut ds) == 0 && ds.shm_segsz >= SIZE
     };
-    if magic != MAGIC || found != nonce || !size_ok {
+    let detach = || {
         // SAFETY: detaching what we attached above; nothing refers to it.
         unsafe { libc::shmdt(base as *const libc::c_void) };
+    };
+    if magic != MAGIC || found != nonce || !size_ok {
+        detach();
         return None;
     }
-    attached.push((id, nonce, base));
-    Some(word_at(base, index))
+    // Another thread may have attached it meanwhile: use theirs.
+    if let Some(a) = lookup(identity, index) {
+        detach();
+        return Some(a);
+    }
+    let Some(i) = free_entry() else {
+        detach();
+        return None;
+    };
+    BASES[i].store(base, Relaxed);
+    USERS[i].store(1, SeqCst);
+    // SeqCst: publishes the base (Relaxed store before it) to lookups that see the key.
+    KEYS[i].store(identity, SeqCst);
+    Some(Attachment {
+        entry: Some(i),
+        word: word_at(base, index),
+    })
+}
+
+/// An attached entry for `identity`, counted as one more user.
+fn lookup(identity: u64, index: u32) -> Option<Attachment> {
+    for i in 0..TABLE {
+        if KEYS[i].load(SeqCst) != identity {
+            continue;
+        }
+        USERS[i].fetch_add(1, SeqCst);
+        // Still it (an eviction decides after making the key BUSY and then seeing no user).
+        if KEYS[i].load(SeqCst) == identity {
+            return Some(Attachment {
+                entry: Some(i),
+                word: word_at(BASES[i].load(Relaxed), index),
+            });
+        }
+        USERS[i].fetch_sub(1, SeqCst);
+    }
+    None
+}
+
+/// A free entry, marked `BUSY` for the caller; when the table is full, an unused entry is
+/// emptied for it (its segment detached: a later wait attaches it again).
+fn free_entry() -> Option<usize> {
+    KEYS.iter()
+        .position(|k| k.compare_exchange(0, BUSY, SeqCst, SeqCst).is_ok())
+        .or_else(|| (0..TABLE).find(|&i| take_unused(i)))
+}
+
+/// Empties entry `i` if nobody uses it (detaching its segment), leaving it `BUSY` for the
+/// caller: true if done.
+fn take_unused(i: usize) -> bool {
+    let key = KEYS[i].load(SeqCst);
+    if key == 0 || key == BUSY || USERS[i].load(SeqCst) != 0 {
+        return false;
+    }
+    if KEYS[i].compare_exchange(key, BUSY, SeqCst, SeqCst).is_err() {
+        return false;
+    }
+    if USERS[i].load(SeqCst) != 0 {
+        KEYS[i].store(key, SeqCst); // a wait began meanwhile: keep it
+        return false;
+    }
+    // SAFETY: nobody uses the entry (no user, and new lookups fail on the BUSY key), so no
+    // reference into the segment is left.
+    unsafe { libc::shmdt(BASES[i].load(Relaxed) as *const libc::c_void) };
+    true
 }

@@ -12,8 +12,6 @@
 //! `N`-th time (1-based, default 1) this process passes `POINT`, it raises `SIGKILL` (default)
 //! or `SIGSTOP` on itself. Without the feature, `crash_point!` expands to nothing.
 
-use std::sync::OnceLock;
-
 const _: () = assert!(
     option_env!("CARGO_PRIMARY_PACKAGE").is_some(),
     "fairlock's feature `__test-crash-points` is for fairlock's own test suite only: it lets an environment variable kill the process"
@@ -26,11 +24,40 @@ struct Plan {
     signal: libc::c_int,
 }
 
-static PLAN: OnceLock<Option<Plan>> = OnceLock::new();
+/// The plan, made once: a leaked box installed by compare-and-swap (no lock and no `OnceLock`,
+/// whose initialisation in progress in another thread at a `fork` hangs the child for good:
+/// review of issue 15). `NONE` once known to be absent.
+static PLAN: std::sync::atomic::AtomicPtr<Plan> =
+    std::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 static HITS: AtomicU64 = AtomicU64::new(0);
 
 fn plan() -> Option<&'static Plan> {
-    PLAN.get_or_init(|| {
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
+    let p = PLAN.load(Acquire);
+    // SAFETY: a non-null PLAN points to a leaked, never freed box.
+    if let Some(plan) = unsafe { p.as_ref() } {
+        return (!plan.point.is_empty()).then_some(plan);
+    }
+    let made = Box::into_raw(Box::new(read_plan().unwrap_or(Plan {
+        point: String::new(),
+        nth: 0,
+        signal: 0,
+    })));
+    let installed = match PLAN.compare_exchange(core::ptr::null_mut(), made, AcqRel, Acquire) {
+        Ok(_) => made,
+        Err(theirs) => {
+            // SAFETY: `made` was never shared.
+            drop(unsafe { Box::from_raw(made) });
+            theirs
+        }
+    };
+    // SAFETY: as above.
+    let plan = unsafe { &*installed };
+    (!plan.point.is_empty()).then_some(plan)
+}
+
+fn read_plan() -> Option<Plan> {
+    {
         let spec = std::env::var("FAIRLOCK_CRASH").ok()?;
         let (rest, signal) = match spec.rsplit_once(':') {
             Some((r, "stop")) => (r.to_string(), libc::SIGSTOP),
@@ -42,8 +69,7 @@ fn plan() -> Option<&'static Plan> {
             None => (rest, 1),
         };
         Some(Plan { point, nth, signal })
-    })
-    .as_ref()
+    }
 }
 
 /// Called at each named step; acts when the plan says so.

@@ -39,11 +39,24 @@ pub fn wait(word: &AtomicU64, expected: u32, until_ns: Option<u64>) {
     }
 }
 
+/// Set once `futex_waitv` failed for a reason other than a signal, a changed word or the
+/// timeout (`ENOSYS` before Linux 5.16, `EPERM` under a seccomp profile that predates it):
+/// from then on the process does not watch beacons ([`waitv_works`]).
+static WAITV_BROKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `futex_waitv` can be used (it has not failed in this process).
+#[inline]
+pub fn waitv_works() -> bool {
+    !WAITV_BROKEN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// `futex_waitv` on two shared 32-bit futex words — the low half of `word` (expected
 /// `expected`) and `beacon` (expected `beacon_expected`) — until either changes and is woken,
 /// `until_ns` (absolute `CLOCK_MONOTONIC`) passes, a signal or spuriously. Every outcome just
-/// returns; callers re-check both words. Where the kernel lacks `futex_waitv` (before 5.16) it
-/// falls back to a wait on `word` alone, bounded by 1 ms, so that a death is still noticed.
+/// returns; callers re-check both words. If the call is refused (see [`waitv_works`]) it
+/// remembers that and waits on `word` alone for at most 1 ms, so that the caller neither spins
+/// (a refused call returning at once made a waiter burn a CPU: review finding) nor misses a
+/// death for long.
 pub fn wait_watching(
     word: &AtomicU64,
     expected: u32,
@@ -95,7 +108,13 @@ pub fn wait_watching(
             libc::CLOCK_MONOTONIC,
         )
     };
-    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+    let refused = r < 0
+        && !matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EINTR | libc::EAGAIN | libc::ETIMEDOUT)
+        );
+    if refused {
+        WAITV_BROKEN.store(true, std::sync::atomic::Ordering::Relaxed);
         let now = super::clock::monotonic_ns();
         let cap = now.saturating_add(1_000_000);
         wait(word, expected, Some(until_ns.map_or(cap, |u| u.min(cap))));

@@ -6,9 +6,10 @@ use std::os::fd::AsFd;
 use super::{clock, futex, ofd};
 use crate::core::layout::Participant;
 use crate::core::names::owner_liveness;
+use crate::core::platform::Watched;
 use crate::core::{Liveness, Platform};
-use crate::primitive::Ordering::Acquire;
-use crate::primitive::{AtomicU32, AtomicU64};
+use crate::primitive::AtomicU64;
+use crate::primitive::Ordering::{Acquire, Relaxed};
 
 /// The platform as seen from one process's open lock file.
 pub struct SysPlatform<'a> {
@@ -114,33 +115,52 @@ impl Platform for SysPlatform<'_> {
         std::thread::sleep(std::time::Duration::from_nanos(nap.max(1)));
     }
 
-    fn beacon(&self, index: u32, beacon: u32) -> Option<&AtomicU32> {
-        if index >= self.participants || beacon == 0 {
-            return None;
-        }
-        let identity = match &self.owners {
-            // Acquire: pairs with the owner's Release store at registration; the segment's
-            // nonce makes a stale or reused identity harmless (and an entry reclaimed by a
-            // new process first revokes what its dead predecessor held, which wakes us).
-            None => self.entries.get(index as usize)?.claim.load(Acquire),
-            Some(owners) => owners.identity(index)?,
-        };
-        super::beacon::watch(identity, beacon - 1)
-    }
-
-    fn wait_watching(
+    fn watch_holder(
         &self,
         word: &AtomicU64,
         expected: u32,
-        beacon: &AtomicU32,
-        beacon_expected: u32,
+        index: u32,
+        beacon: u32,
         until: Option<u64>,
-    ) {
-        futex::wait_watching(word, expected, beacon, beacon_expected, until);
-    }
-
-    fn wake_watchers(&self, beacon: &AtomicU32) {
-        futex::wake_all_u32(beacon);
+    ) -> Watched {
+        if !futex::waitv_works() || index >= self.participants || beacon == 0 {
+            return Watched::Unavailable;
+        }
+        let identity = match &self.owners {
+            // Acquire: pairs with the owner's Release store, made after it cleaned up what a
+            // dead predecessor of its entry held; the segment's nonce makes a stale or reused
+            // identity harmless.
+            None => self
+                .entries
+                .get(index as usize)
+                .map_or(0, |e| e.claim.load(Acquire)),
+            Some(owners) => owners.identity(index).unwrap_or(0),
+        };
+        let Some(att) = super::beacon::attach(identity, beacon - 1) else {
+            return Watched::Unavailable;
+        };
+        let died = || {
+            // Acquire: the death comes after everything the dead thread wrote.
+            if att.word().load(Acquire) & super::beacon::OWNER_DIED != 0 {
+                // The kernel woke one watcher of the beacon; there may be more (one per lock
+                // its thread held): wake them all, whatever woke us (review finding).
+                futex::wake_all_u32(att.word());
+                true
+            } else {
+                false
+            }
+        };
+        if died() {
+            return Watched::Died;
+        }
+        // Relaxed: the value futex_waitv compares; any change wakes us.
+        let v = att.word().load(Relaxed);
+        futex::wait_watching(word, expected, att.word(), v, until);
+        if died() {
+            Watched::Died
+        } else {
+            Watched::Waited
+        }
     }
 
     fn liveness(&self, index: u32) -> Liveness {

@@ -19,12 +19,15 @@
 //! at `/dev/null` (async-signal-safe calls only), then releases the lock.
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::Once;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 
 /// Bumped in the child after every `fork` (a `pthread_atfork` child handler).
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
-static INSTALL: Once = Once::new();
+/// 0: the fork handlers are not installed; 1: installed; `pid << 1` (≥ 2): being installed by
+/// a thread of process `pid`. Not a `Once`: a fork while another thread is inside its
+/// `call_once` left the child waiting for it for good (review of issue 15); a child that finds
+/// its parent's installation half-done installs them itself.
+static INSTALL: AtomicU64 = AtomicU64::new(0);
 
 struct ForkLock(UnsafeCell<libc::pthread_mutex_t>);
 
@@ -57,13 +60,35 @@ extern "C" fn after_fork_in_child() {
     // Async-signal-safe: atomics, open, dup3, close, pthread_mutex_unlock. Relaxed: the
     // child is single-threaded.
     FORK_GENERATION.fetch_add(1, Relaxed);
+    // Our handlers ran, so they are registered, even if the parent's installing thread had
+    // not said so yet when it forked us.
+    INSTALL.store(1, Relaxed);
     drop_inherited_beacons();
     fork_unlock();
 }
 
 /// Installs the fork handlers (once per process).
 pub fn install_fork_handler() {
-    INSTALL.call_once(|| {
+    use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+    loop {
+        // Acquire: pairs with the Release store of 1 (the handlers are registered).
+        let state = INSTALL.load(Acquire);
+        if state == 1 {
+            return;
+        }
+        let me = u64::from(std::process::id());
+        if state != 0 && state >> 1 == me {
+            // Another thread of ours is installing them: wait for it (a few system calls).
+            std::thread::yield_now();
+            continue;
+        }
+        // Nobody, or our parent process at the moment it forked us: ours to do.
+        if INSTALL
+            .compare_exchange(state, me << 1, AcqRel, Acquire)
+            .is_err()
+        {
+            continue;
+        }
         // SAFETY: registers handlers that only take or release a mutex and do async-signal-safe
         // work (atomics, open, dup3, close), which is allowed around `fork` of a multi-threaded
         // process.
@@ -74,7 +99,9 @@ pub fn install_fork_handler() {
                 Some(after_fork_in_child),
             )
         };
-    });
+        INSTALL.store(1, Release);
+        return;
+    }
 }
 
 /// Holding this, the process cannot fork (the fork waits). Hold it only for short sections.
