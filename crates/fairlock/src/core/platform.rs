@@ -29,7 +29,7 @@ pub trait Platform {
     /// same word, until `until` (on [`Platform::now_ns`]'s clock) passes, or spuriously.
     fn wait(&self, word: &AtomicU64, expected: u32, until: Option<u64>);
 
-    /// Wakes the (at most one) thread sleeping in [`Platform::wait`] on `word`.
+    /// Wakes every thread sleeping in [`Platform::wait`] on `word` (usually one).
     fn wake(&self, word: &AtomicU64);
 
     /// Sleeps a short while (a lapped waiter polling for its slot), never past `until`.

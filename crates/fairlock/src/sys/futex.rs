@@ -130,10 +130,62 @@ pub fn wake_all_u32(word: &AtomicU32) {
     }
 }
 
-/// `FUTEX_WAKE` of one waiter on `word` (there is at most one: the ticket's owner).
+/// `FUTEX_WAKE` of every waiter on `word`. Usually there is one, the ticket's owner; but a
+/// waiter of an earlier lap of the slot may still be queued on the same word (a thread
+/// stopped in its wait while its ticket was skipped), and waking only one could wake that one
+/// and leave the owner asleep — which a timed wait hid, and the untimed wait behind a beacon
+/// turned into a 10 s stall (found by `chaos_leases`).
 pub fn wake(word: &AtomicU64) {
     // SAFETY: as in `wait`; FUTEX_WAKE only uses the address as a key.
     unsafe {
-        libc::syscall(libc::SYS_futex, futex_addr(word), libc::FUTEX_WAKE, 1i32);
+        libc::syscall(
+            libc::SYS_futex,
+            futex_addr(word),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32 as StdU32, Ordering::SeqCst};
+    use std::time::{Duration, Instant};
+
+    /// A wake reaches every thread waiting on the word: a stale waiter of an earlier lap queued
+    /// on the same slot word (a thread stopped in its wait) must not take the only wake-up and
+    /// leave the ticket's owner asleep (`chaos_leases` stalled 10 s on it, once beacon waits
+    /// had no timer).
+    #[test]
+    fn a_wake_reaches_every_waiter_of_the_word() {
+        let word = Arc::new(AtomicU64::new(7));
+        let woken = Arc::new(StdU32::new(0));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (word, woken) = (Arc::clone(&word), Arc::clone(&woken));
+                std::thread::spawn(move || {
+                    let limit = super::super::clock::monotonic_ns() + 3_000_000_000;
+                    while word.load(SeqCst) == 7 && super::super::clock::monotonic_ns() < limit {
+                        wait(&word, 7, Some(limit));
+                    }
+                    woken.fetch_add(1, SeqCst);
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200)); // both queued in FUTEX_WAIT
+        let started = Instant::now();
+        word.store(8, SeqCst);
+        wake(&word);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "one waiter slept until its timeout: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(woken.load(SeqCst), 2);
     }
 }
