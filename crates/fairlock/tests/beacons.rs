@@ -248,3 +248,85 @@ fn a_killed_holder_of_a_name_s_waiter_is_woken_by_the_kernel() {
         "the waiter woke {switches} times in half a second behind the holder of the name"
     );
 }
+
+/// Waiters further back than the next in line sleep too: each watches the waiter just ahead
+/// of it (whose death would be its ticket's), woken by its grant or a nudge.
+#[test]
+fn waiters_further_back_sleep_through_a_long_hold() {
+    let dir = TempDir::new("beacons-queue");
+    let path = dir.join("lock");
+    let lock = Arc::new(FairLock::open(&path).unwrap());
+    let held = lock.lock().unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|k| {
+            let lock = Arc::clone(&lock);
+            let path = path.clone();
+            let w = std::thread::spawn(move || {
+                let before = voluntary_switches();
+                let g = lock.lock().unwrap();
+                let switches = voluntary_switches() - before;
+                drop(g);
+                switches
+            });
+            wait_for_waiters(&path, k + 1, Duration::from_secs(10));
+            w
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    drop(held);
+    for (k, w) in waiters.into_iter().enumerate() {
+        let switches = w.join().unwrap();
+        assert!(
+            switches < 10,
+            "waiter {k} woke {switches} times while blocked for a second"
+        );
+    }
+}
+
+/// A waiter that gives up (its timeout) nudges the one behind it, which was asleep on the
+/// giver-up's beacon and must now watch the holder: when the holder's process is then killed,
+/// it takes over at once (not after the 10 s backstop).
+#[test]
+fn a_waiter_that_gives_up_nudges_the_one_behind() {
+    if let Some(r) = role() {
+        return run_worker(&r);
+    }
+    let test = "a_waiter_that_gives_up_nudges_the_one_behind";
+    let dir = TempDir::new("beacons-nudge");
+    let shm = Shm::create(&dir.join("shm"), 4);
+    let path = dir.join("lock");
+    let lock = Arc::new(FairLock::open(&path).unwrap());
+    let mut holder = worker(&dir, test, "hold");
+    common::wait_until(Duration::from_secs(30), "the holder's grant", || {
+        shm.read(GRANTED) == 1
+    });
+    // The quitter's thread lives on after it gave up (its beacon does not die).
+    let (gave_up_tx, gave_up) = std::sync::mpsc::channel();
+    let done = Arc::new(AtomicBool::new(false));
+    let quitter = {
+        let (lock, done) = (Arc::clone(&lock), Arc::clone(&done));
+        std::thread::spawn(move || {
+            gave_up_tx
+                .send(lock.lock_timeout(Duration::from_millis(300)).is_err())
+                .unwrap();
+            while !done.load(SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    wait_for_waiters(&path, 1, Duration::from_secs(10));
+    let behind = {
+        let lock = Arc::clone(&lock);
+        std::thread::spawn(move || lock.lock().unwrap().owner_died())
+    };
+    wait_for_waiters(&path, 2, Duration::from_secs(10));
+    assert!(gave_up.recv().unwrap(), "the first waiter timed out");
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = Instant::now();
+    kill(&mut holder);
+    assert!(behind.join().unwrap(), "told the owner died");
+    let took = killed.elapsed();
+    done.store(true, SeqCst);
+    quitter.join().unwrap();
+    assert!(took < Duration::from_secs(2), "took over after {took:?}");
+}

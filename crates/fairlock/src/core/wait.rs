@@ -287,6 +287,10 @@ fn wait_for_grant<P: Platform>(
                     // Ours may have been the ticket that held back those behind it (a writer
                     // behind readers): walk, so that whatever fits now is granted.
                     super::weighted::advance(st, p);
+                } else {
+                    // The waiter behind us may be asleep on our beacon, which will not die:
+                    // nudge it to look again at who is ahead of it now.
+                    nudge(st, p, t.wrapping_add(1));
                 }
                 return Err(watch.stopped());
             }
@@ -305,15 +309,13 @@ fn wait_for_grant<P: Platform>(
         }
         // Whoever waits behind the holder watches it (and anything dead ahead of us).
         recover(st, p, t, watch, tuning);
-        // Next in line behind a holder that published its thread's beacon: no timer. Sleep on
-        // our word and the beacon; the kernel wakes us at the grant or at the holder thread's
-        // death (a waiter with an interrupt hook still asks it every 50 ms at least; a signal
-        // interrupts the sleep at once; a backstop of `BACKSTOP_NS` covers a watcher killed
-        // before it passed a death's wake-up on).
-        if head
-            && beacons
-            && let Some(ahead) = holder_beacon(st, t)
-        {
+        // Behind a ticket whose thread published its beacon — the holder, for the next in
+        // line; the waiter or grantee just ahead, for the others: no timer. Sleep on our word
+        // and that beacon; we are woken by our grant, a nudge (the one ahead gave up, or was
+        // granted), or the kernel at that thread's death (a waiter with an interrupt hook still
+        // asks it every 50 ms at least; a signal interrupts the sleep at once; a backstop of
+        // `BACKSTOP_NS` covers a watcher killed before it passed a death's wake-up on).
+        if beacons && let Some(ahead) = ahead_beacon(st, t, head) {
             let sleeping = w.with_state(State::Sleeping);
             if w.state() == Some(State::Waiting) && !cas(slot, w, sleeping) {
                 continue; // changed: re-read
@@ -442,9 +444,60 @@ fn holder_beacon(st: &LockState<'_>, t: u64) -> Option<HolderBeacon> {
     })
 }
 
-/// The thread of the grant `what` names ended while it held: revoke that grant (the next
-/// holder is told the owner died). A grant that ended meanwhile is left alone (the CAS, or
-/// `end_fast`'s ticket check, fails).
+/// The beacon of the ticket just ahead of ticket `t`: the holder's, for the next in line
+/// (`head`, see [`holder_beacon`]); else that of the waiter or grantee of ticket `t − 1`, if it
+/// published one without a lease (its thread is blocked in `lock` until granted, so its death
+/// is its ticket's).
+fn ahead_beacon(st: &LockState<'_>, t: u64, head: bool) -> Option<HolderBeacon> {
+    if head {
+        return holder_beacon(st, t);
+    }
+    if st.is_weighted() {
+        return None;
+    }
+    let ticket = t.wrapping_sub(1);
+    let slot = st.slot(ticket);
+    // Acquire: as in `holder_beacon`.
+    let word = Word(slot.word.load(Acquire));
+    if relate(word.lap(), st.lap(ticket)) != LapRelation::Same
+        || !matches!(
+            word.state(),
+            Some(State::Waiting | State::Sleeping | State::Granted)
+        )
+        || word.leased()
+    {
+        return None;
+    }
+    // Acquire: as in `holder_beacon`.
+    if slot.stamp.load(Acquire) != ticket.wrapping_add(1) {
+        return None;
+    }
+    // Relaxed: as in `holder_beacon`.
+    let beacon = slot.beacon.load(Relaxed);
+    (beacon != 0).then_some(HolderBeacon {
+        participant: word.participant(),
+        beacon,
+        what: Holding::Slot { ticket, word },
+    })
+}
+
+/// Wakes the waiter of ticket `t` if it sleeps (`Sleeping → Waiting` and a futex wake), so
+/// that it looks again at who is ahead of it.
+fn nudge<P: Platform>(st: &LockState<'_>, p: &P, t: u64) {
+    let slot = st.slot(t);
+    // Relaxed: only decides whether to wake; the woken waiter re-reads with Acquire.
+    let w = Word(slot.word.load(Relaxed));
+    if relate(w.lap(), st.lap(t)) == LapRelation::Same
+        && w.state() == Some(State::Sleeping)
+        && cas(slot, w, w.with_state(State::Waiting))
+    {
+        p.wake(&slot.word);
+    }
+}
+
+/// The thread of the ticket `what` names ended: revoke that grant (the next holder is told the
+/// owner died), or skip that waiter or grantee. A ticket that moved on meanwhile is left alone
+/// (the CAS from the word read, or `end_fast`'s ticket check, fails).
 fn revoke_dead<P: Platform>(st: &LockState<'_>, p: &P, what: &Holding) {
     match *what {
         Holding::Fast {
@@ -454,9 +507,18 @@ fn revoke_dead<P: Platform>(st: &LockState<'_>, p: &P, what: &Holding) {
             end_fast(st, p, participant, ticket, true);
         }
         Holding::Slot { ticket, word } => {
-            if cas(st.slot(ticket), word, word.with_state(State::Revoked)) {
+            let (to, walk) = match word.state() {
+                Some(State::Held) => (State::Revoked, true),
+                // A grant implies everything before it final: walk on from it.
+                Some(State::Granted) => (State::Skipped, true),
+                // A waiter: skipped; whoever is first in line walks (our own `recover` next).
+                _ => (State::Skipped, false),
+            };
+            if cas(st.slot(ticket), word, word.with_state(to)) {
                 crate::crash_point!("recover.revoked");
-                super::advance::advance(st, p, ticket, false);
+                if walk {
+                    super::advance::advance(st, p, ticket, false);
+                }
             }
         }
     }
