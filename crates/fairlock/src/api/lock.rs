@@ -341,15 +341,16 @@ impl FairLock {
         stop: Option<&mut dyn FnMut() -> bool>,
     ) -> Result<LockGuard<'_>> {
         let sh = self.shared()?;
-        let tid = thread::current_tid();
+        let (tid, beacon) = thread::current_tid_and_beacon();
         if sh.holder_tid() == tid {
             return self.reenter(sh, reentrant);
         }
         ExitWatch::arm();
         // The uncontended path (see `core::lock`, of which this is the inlined first step):
         // one CAS on the lock word.
+        let beacon = if self.beacon_hints { beacon } else { 0 };
         let fast = match self.lease_ms {
-            None => core::try_fast(&sh.state(), sh.participant, self.beacon()),
+            None => core::try_fast(&sh.state(), sh.participant, beacon),
             Some(_) => None,
         };
         let g = match fast {
