@@ -606,6 +606,16 @@ impl<'a> LockState<'a> {
         use crate::primitive::Ordering::{AcqRel, Acquire};
         // Acquire: pairs with the Release of whatever CAS set the word's flags.
         let mut w = self.lock_word(Acquire);
+        if self.weighted && w.counter() < lock_word::FETCH_ADD_BELOW {
+            // Far from the counter's wrap, one `fetch_add` (wait-free: a taker is never
+            // overtaken by later arrivals retrying a CAS — with a CAS loop, 6 threads on a
+            // semaphore took tickets out of arrival order 6.7 % of the time instead of 0.1 %).
+            // A weighted word never changes but by tickets taken, so only the counter moves;
+            // it cannot wrap here unless 2^16 takers raced past the check at once.
+            // AcqRel: as the CAS below.
+            let old = LockWord(self.header.word.fetch_add(lock_word::TICKET, AcqRel));
+            return self.ticket_of(old);
+        }
         loop {
             // AcqRel: part of the word's release sequence (see `core::fast`).
             match self

@@ -45,6 +45,11 @@ const COUNTER_SHIFT: u32 = 24;
 /// Bits of the ticket kept in the word.
 pub const COUNTER_BITS: u32 = 40;
 const COUNTER_MASK: u64 = (1 << COUNTER_BITS) - 1;
+/// One ticket, as an addend to the word (the counter's lowest bit).
+pub const TICKET: u64 = 1 << COUNTER_SHIFT;
+/// Below this counter a taker of a weighted kind may take its ticket with a `fetch_add`:
+/// 2^16 tickets short of the wrap, where the taker must flip `P` in the same step.
+pub const FETCH_ADD_BELOW: u64 = COUNTER_MASK - (1 << 16);
 /// Bits no version of fairlock sets (the reserved byte).
 pub const RESERVED: u64 = 0xFF << 16;
 

@@ -655,3 +655,23 @@ fn try_lock_skips_one_dead_pregrant() {
         );
     }
 }
+
+/// A weighted kind takes its tickets with a `fetch_add` far from the counter's wrap, and with a
+/// CAS that flips the epoch's parity across it: tickets stay consecutive through the wrap.
+#[test]
+fn weighted_tickets_stay_consecutive_through_the_counter_s_wrap() {
+    let o = OwnedState::of_kind(4, 4, layout::RecordKind::semaphore(1));
+    let st = o.view();
+    let mask = (1u64 << 40) - 1;
+    for start in [lock_word::FETCH_ADD_BELOW - 3, mask - 2] {
+        let first = (5u64 << 40) | start;
+        st.header()
+            .word
+            .store(lock_word::LockWord::initial(first, true).0, Relaxed);
+        st.header().epoch.store(5, Relaxed);
+        for k in 0..6 {
+            assert_eq!(st.take_ticket(), first + k, "from {start:#x}, ticket {k}");
+        }
+        assert!(st.lock_word(Relaxed).queued());
+    }
+}
