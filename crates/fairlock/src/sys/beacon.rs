@@ -236,14 +236,51 @@ impl Drop for Attachment {
         // Read while we still count as a user (the segment cannot go before our decrement).
         let died = self.word.load(Relaxed) & OWNER_DIED != 0;
         // SeqCst: one total order with the lookups' increments and the evictions' checks.
-        if USERS[i].fetch_sub(1, SeqCst) == 1 && died && take_unused(i) {
+        if USERS[i].fetch_sub(1, SeqCst) == 1 && died {
             // The last wait on it saw a thread of its owner die (most often: the owner process
             // died): let the segment go, so that a dead process's segment does not live on in
             // its watchers (and with it the machine's shmmni: review finding). If the owner
-            // lives, a later wait attaches it again.
-            KEYS[i].store(0, SeqCst);
+            // lives, a later wait attaches it again. Not now: detaching unmaps (a TLB
+            // shootdown), which would delay the takeover under way; at this thread's next
+            // wait or its exit.
+            DEFERRED.with(|d| {
+                if let Some(older) = d.0.replace(Some(i)) {
+                    evict(older);
+                }
+            });
         }
     }
+}
+
+/// Empties entry `i` if nobody uses it (detaching its segment).
+fn evict(i: usize) {
+    if take_unused(i) {
+        KEYS[i].store(0, SeqCst);
+    }
+}
+
+/// An entry this thread is to detach (see `Attachment`'s `Drop`), at its next wait or exit.
+struct Deferred(core::cell::Cell<Option<usize>>);
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        if let Some(i) = self.0.take() {
+            evict(i);
+        }
+    }
+}
+
+thread_local! {
+    static DEFERRED: Deferred = const { Deferred(core::cell::Cell::new(None)) };
+}
+
+/// Detaches what this thread deferred (called before a wait).
+fn flush_deferred() {
+    let _ = DEFERRED.try_with(|d| {
+        if let Some(i) = d.0.take() {
+            evict(i);
+        }
+    });
 }
 
 /// Beacon `index` of the segment `identity` names (see [`identity`]), attached (read-only,
@@ -251,6 +288,7 @@ impl Drop for Attachment {
 /// index out of range, a segment that is gone or no room left give `None` (then the caller
 /// polls).
 pub fn attach(identity: u64, index: u32) -> Option<Attachment> {
+    flush_deferred();
     let (id, nonce) = ((identity >> 32) as i32, identity as u32);
     if identity == 0 || identity == BUSY || index >= BEACONS || id < 0 {
         return None;
