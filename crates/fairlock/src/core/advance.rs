@@ -208,7 +208,7 @@ pub(crate) fn cas(slot: &Slot, from: Word, to: Word) -> bool {
 /// Nudges the first waiter behind a fresh grant so it starts spinning before the lock comes
 /// free (the early wake of TWA): `Sleeping → Waiting` and a futex wake. Looks past a few final
 /// tickets at most.
-fn wake_successor<P: Platform>(st: &LockState<'_>, p: &P, from: u64) {
+pub(crate) fn wake_successor<P: Platform>(st: &LockState<'_>, p: &P, from: u64) {
     for k in 0..4u64 {
         let t = from.wrapping_add(k);
         let slot = st.slot(t);

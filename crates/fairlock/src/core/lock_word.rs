@@ -118,12 +118,7 @@ impl LockWord {
     /// The word after a fast acquire by `participant`: one more ticket, held, `D` consumed.
     #[inline]
     pub fn acquired(self, participant: u32) -> LockWord {
-        let t = self.taken();
-        LockWord(
-            (t.0 & !(D | (HOLDER_MASK << HOLDER_SHIFT)))
-                | H
-                | ((u64::from(participant) & HOLDER_MASK) << HOLDER_SHIFT),
-        )
+        self.taken().with_died(false).with_holder(participant)
     }
 
     /// The word a fast holder of ticket `t` left, if nothing happened since its acquire:

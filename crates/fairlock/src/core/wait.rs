@@ -289,8 +289,8 @@ fn wait_for_grant<P: Platform>(
                     super::weighted::advance(st, p);
                 } else {
                     // The waiter behind us may be asleep on our beacon, which will not die:
-                    // nudge it to look again at who is ahead of it now.
-                    nudge(st, p, t.wrapping_add(1));
+                    // nudge it (TWA's early wake) to look again at who is ahead of it now.
+                    super::advance::wake_successor(st, p, t.wrapping_add(1));
                 }
                 return Err(watch.stopped());
             }
@@ -419,12 +419,22 @@ fn holder_beacon(st: &LockState<'_>, t: u64) -> Option<HolderBeacon> {
             },
         });
     }
-    let ticket = t.wrapping_sub(1);
+    slot_beacon(st, t.wrapping_sub(1), |s| s == State::Held)
+}
+
+/// The beacon ticket `ticket`'s owner thread published, if the ticket is in a state `wanted`
+/// accepts, without a lease. Read in this order — the word, then the stamp naming the ticket,
+/// then the beacon written before that stamp — so that it is that ticket's owner's.
+fn slot_beacon(
+    st: &LockState<'_>,
+    ticket: u64,
+    wanted: impl Fn(State) -> bool,
+) -> Option<HolderBeacon> {
     let slot = st.slot(ticket);
-    // Acquire: the holder's claim and stamps before it.
+    // Acquire: the owner's claim (or publication) and stamps before it.
     let word = Word(slot.word.load(Acquire));
     if relate(word.lap(), st.lap(ticket)) != LapRelation::Same
-        || word.state() != Some(State::Held)
+        || !word.state().is_some_and(&wanted)
         || word.leased()
     {
         return None;
@@ -455,44 +465,9 @@ fn ahead_beacon(st: &LockState<'_>, t: u64, head: bool) -> Option<HolderBeacon> 
     if st.is_weighted() {
         return None;
     }
-    let ticket = t.wrapping_sub(1);
-    let slot = st.slot(ticket);
-    // Acquire: as in `holder_beacon`.
-    let word = Word(slot.word.load(Acquire));
-    if relate(word.lap(), st.lap(ticket)) != LapRelation::Same
-        || !matches!(
-            word.state(),
-            Some(State::Waiting | State::Sleeping | State::Granted)
-        )
-        || word.leased()
-    {
-        return None;
-    }
-    // Acquire: as in `holder_beacon`.
-    if slot.stamp.load(Acquire) != ticket.wrapping_add(1) {
-        return None;
-    }
-    // Relaxed: as in `holder_beacon`.
-    let beacon = slot.beacon.load(Relaxed);
-    (beacon != 0).then_some(HolderBeacon {
-        participant: word.participant(),
-        beacon,
-        what: Holding::Slot { ticket, word },
+    slot_beacon(st, t.wrapping_sub(1), |s| {
+        matches!(s, State::Waiting | State::Sleeping | State::Granted)
     })
-}
-
-/// Wakes the waiter of ticket `t` if it sleeps (`Sleeping → Waiting` and a futex wake), so
-/// that it looks again at who is ahead of it.
-fn nudge<P: Platform>(st: &LockState<'_>, p: &P, t: u64) {
-    let slot = st.slot(t);
-    // Relaxed: only decides whether to wake; the woken waiter re-reads with Acquire.
-    let w = Word(slot.word.load(Relaxed));
-    if relate(w.lap(), st.lap(t)) == LapRelation::Same
-        && w.state() == Some(State::Sleeping)
-        && cas(slot, w, w.with_state(State::Waiting))
-    {
-        p.wake(&slot.word);
-    }
 }
 
 /// The thread of the ticket `what` names ended: revoke that grant (the next holder is told the
