@@ -114,7 +114,7 @@ pub use api::{
     kind_guard::{RwLockReadGuard, RwLockWriteGuard, SemaphorePermit},
     lock::FairLock,
     mutex::{FairMutex, MutexGuard},
-    options::{DEFAULT_PARTICIPANTS, DEFAULT_SLOTS, OpenOptions},
+    options::{DEFAULT_PARTICIPANTS, DEFAULT_SLOTS, Fairness, OpenOptions},
     rlock::FairRLock,
     rwlock::FairRwLock,
     semaphore::FairSemaphore,

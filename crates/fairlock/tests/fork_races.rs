@@ -150,9 +150,13 @@ fn run_worker(r: &str) {
     }
 }
 
+/// Tests that fill this process's table of open lock files, or open many, one at a time.
+static TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// After the worker is SIGKILLed (its forked children alive), every one of its `files` locks
 /// must be passed over as a dead holder's, at once.
 fn parents_death_is_seen_on_every_file(test: &str, files: usize, forks: usize) {
+    let _serial = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new(test);
     let shm = Shm::create(&dir.join("shm"), 1 + MAX_CHILDREN);
     let envs = [
@@ -226,6 +230,8 @@ fn a_fork_while_beacons_are_claimed_never_inherits_one() {
 /// A full table fails loudly, with a typed error naming the file; the process goes on.
 #[test]
 fn a_full_beacon_table_is_a_typed_error() {
+    // Not while another test of this binary opens its many files (it would find the table full).
+    let _serial = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     // Raise the soft descriptor limit: each lock file open takes a descriptor.
     // SAFETY: getrlimit/setrlimit on a valid struct.
     unsafe {
@@ -252,7 +258,12 @@ fn a_full_beacon_table_is_a_typed_error() {
     };
     match &err {
         Error::TooManyOpenFiles { path, capacity } => {
-            assert_eq!(open.len(), *capacity, "{err}");
+            // Other tests of this binary, running meanwhile, may hold a few entries.
+            assert!(
+                open.len() <= *capacity && open.len() + 16 >= *capacity,
+                "{} open, {err}",
+                open.len()
+            );
             assert!(path.ends_with(format!("f{}", open.len())));
             assert!(err.to_string().contains(&format!("f{}", open.len())));
         }

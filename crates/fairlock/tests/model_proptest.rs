@@ -245,7 +245,7 @@ impl Sim {
                 self.fast_tickets.insert(t);
                 self.hold(a, g, None);
             }
-            Taken::Queued(q) => {
+            Taken::Queued(q, _) => {
                 assert!(lease.is_some(), "queued from a free word without a lease");
                 if died {
                     assert_eq!(q, t + 1, "the fast ticket passed on");
@@ -319,7 +319,7 @@ impl Sim {
                 let published = {
                     let st = self.o.view();
                     let taken = match take(&st, &self.p, &me(a, lease)) {
-                        Taken::Queued(t) => t,
+                        Taken::Queued(t, _) => t,
                         other => panic!("held or queued, yet {other:?}"),
                     };
                     assert_eq!(taken, t);

@@ -16,6 +16,8 @@ pub struct Acq {
     pub token: Option<u64>,
     /// The previous holder died (robust pthread `EOWNERDEAD`, fairlock `owner_died`).
     pub died: bool,
+    /// How often the waiter was overtaken (fairlock with `Fairness::Bounded`; 0 otherwise).
+    pub overtaken: u32,
 }
 
 /// A lock under test. A value is one *handle*: a worker thread gets its own from
@@ -62,6 +64,43 @@ fn fresh(path: &Path) {
 /// `fairlock::FairLock` with its default spin (50 µs).
 pub struct Fair(Arc<fairlock::FairLock>);
 
+/// The bypass bound of [`FairBounded`].
+pub const BOUND: u32 = 63;
+
+/// `fairlock::FairLock` with `Fairness::Bounded(BOUND)`: running threads may barge ahead of a
+/// granted waiter that is not yet running, at most `BOUND` times per waiter.
+pub struct FairBounded(Arc<fairlock::FairLock>);
+
+impl Competitor for FairBounded {
+    const NAME: &'static str = "fairlock bounded(63)";
+    const PROCESSES: bool = true;
+    fn create(path: &Path) -> Self {
+        fresh(path);
+        Self::attach(path)
+    }
+    fn attach(path: &Path) -> Self {
+        let l = fairlock::FairLock::options()
+            .fairness(fairlock::Fairness::Bounded(BOUND))
+            .open(path)
+            .expect("fairlock open");
+        FairBounded(Arc::new(l))
+    }
+    fn handle(&self) -> Self {
+        FairBounded(Arc::clone(&self.0))
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        let g = self.0.lock().expect("fairlock lock");
+        let r = f(Acq {
+            token: Some(g.token()),
+            died: g.owner_died(),
+            overtaken: g.overtaken(),
+        });
+        drop(g);
+        r
+    }
+}
+
 /// `fairlock::FairLock` opened with `spin(0)`: waiters park at once.
 pub struct FairParked(Arc<fairlock::FairLock>);
 
@@ -89,6 +128,7 @@ impl Competitor for Fair {
         let r = f(Acq {
             token: Some(g.token()),
             died: g.owner_died(),
+            overtaken: 0,
         });
         drop(g);
         r
@@ -118,6 +158,7 @@ impl Competitor for FairParked {
         let r = f(Acq {
             token: Some(g.token()),
             died: g.owner_died(),
+            overtaken: 0,
         });
         drop(g);
         r
@@ -145,6 +186,7 @@ impl Competitor for FairR {
         let r = f(Acq {
             token: Some(g.token()),
             died: g.owner_died(),
+            overtaken: 0,
         });
         drop(g);
         r
@@ -290,7 +332,11 @@ impl Competitor for Pthread {
             }
             e => panic!("pthread_mutex_lock: {e}"),
         };
-        let r = f(Acq { token: None, died });
+        let r = f(Acq {
+            token: None,
+            died,
+            overtaken: 0,
+        });
         // SAFETY: we hold `m`.
         unsafe { libc::pthread_mutex_unlock(m) };
         r

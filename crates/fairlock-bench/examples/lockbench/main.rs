@@ -22,13 +22,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Release};
 use std::time::Duration;
 
-use competitors::{Competitor, Fair, FairParked, FairR, Flock, Ofd, PlMutex, Pthread, StdMutex};
+use competitors::{
+    BOUND, Competitor, Fair, FairBounded, FairParked, FairR, Flock, Ofd, PlMutex, Pthread, StdMutex,
+};
 use util::{Shm, busy_until, median, now_ns, ns, quantile, rate, ratio_table, table, wait_for};
 
 /// The competitors, by name (worker processes get the name on their command line).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Fair,
+    FairBounded,
     FairParked,
     FairR,
     Pthread,
@@ -38,8 +41,9 @@ enum Kind {
     Ofd,
 }
 
-const ALL: [Kind; 8] = [
+const ALL: [Kind; 9] = [
     Kind::Fair,
+    Kind::FairBounded,
     Kind::FairParked,
     Kind::FairR,
     Kind::Pthread,
@@ -55,6 +59,10 @@ macro_rules! with_kind {
         match $k {
             Kind::Fair => {
                 type $C = Fair;
+                $body
+            }
+            Kind::FairBounded => {
+                type $C = FairBounded;
                 $body
             }
             Kind::FairParked => {
@@ -96,6 +104,7 @@ impl Kind {
     fn slug(self) -> &'static str {
         match self {
             Kind::Fair => "fair",
+            Kind::FairBounded => "fairb",
             Kind::FairParked => "fair0",
             Kind::FairR => "fairr",
             Kind::Pthread => "pthread",
@@ -334,6 +343,8 @@ struct Rec {
     acquire: u64,
     /// The fencing token, `u64::MAX` if the lock has none.
     token: u64,
+    /// How often the waiter was overtaken (a bounded fairlock; 0 otherwise).
+    overtaken: u64,
 }
 
 /// Gate words in a [`Shm`]: ready count, start time, end time.
@@ -363,6 +374,7 @@ fn contend<C: Competitor>(lock: &C, gate: &Shm, cs: u64) -> Vec<Rec> {
                 arrive,
                 acquire,
                 token: a.token.unwrap_or(u64::MAX),
+                overtaken: u64::from(a.overtaken),
             }
         });
         log.push(rec);
@@ -442,11 +454,12 @@ fn trial_processes<C: Competitor>(ctx: &Ctx, kind: Kind, n: usize, cs: u64) -> M
 }
 
 fn write_log(path: &Path, log: &[Rec]) {
-    let mut bytes = Vec::with_capacity(log.len() * 24);
+    let mut bytes = Vec::with_capacity(log.len() * 32);
     for r in log {
         bytes.extend_from_slice(&r.arrive.to_le_bytes());
         bytes.extend_from_slice(&r.acquire.to_le_bytes());
         bytes.extend_from_slice(&r.token.to_le_bytes());
+        bytes.extend_from_slice(&r.overtaken.to_le_bytes());
     }
     std::fs::write(path, bytes).expect("write log");
 }
@@ -456,11 +469,12 @@ fn read_log(path: &Path) -> Vec<Rec> {
     let _ = std::fs::remove_file(path);
     let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
     bytes
-        .chunks_exact(24)
+        .chunks_exact(32)
         .map(|c| Rec {
             arrive: word(&c[0..8]),
             acquire: word(&c[8..16]),
             token: word(&c[16..24]),
+            overtaken: word(&c[24..32]),
         })
         .collect()
 }
@@ -478,6 +492,10 @@ struct Metrics {
     out_of_order: u64,
     token_violations: Option<u64>,
     streak: u64,
+    /// Grants whose token is a barge's (a bounded fairlock: not a multiple of 64).
+    barges: u64,
+    /// The most any grant's waiter was overtaken.
+    worst_overtaken: u64,
 }
 
 impl Metrics {
@@ -489,6 +507,12 @@ impl Metrics {
             .enumerate()
             .flat_map(|(w, l)| l.iter().map(move |r| (r.acquire, r.arrive, r.token, w)))
             .collect();
+        let worst_overtaken = logs
+            .iter()
+            .flatten()
+            .map(|r| r.overtaken)
+            .max()
+            .unwrap_or(0);
         all.sort_unstable();
         // Out of arrival order: granted while a waiter that arrived earlier was still waiting
         // (it is granted later). Suffix minimum of the arrival stamps of later grants.
@@ -515,6 +539,9 @@ impl Metrics {
                 continue;
             }
             counts[w] += 1;
+            if has_tokens && tok % 64 != 0 {
+                m.barges += 1;
+            }
             m.waits.push(acq - arr);
             if later_min[i + 1] < arr {
                 m.out_of_order += 1;
@@ -541,6 +568,7 @@ impl Metrics {
         m.min_share = counts.iter().copied().min().unwrap_or(0) as f64 / sum.max(1.0);
         m.max_share = counts.iter().copied().max().unwrap_or(0) as f64 / sum.max(1.0);
         m.token_violations = has_tokens.then_some(violations);
+        m.worst_overtaken = worst_overtaken;
         m
     }
 }
@@ -602,13 +630,20 @@ fn summarize(name: &str, ms: &[Metrics]) -> Summary {
 fn contended(ctx: &Ctx) {
     let thread_kinds = [
         Kind::Fair,
+        Kind::FairBounded,
         Kind::Pthread,
         Kind::Std,
         Kind::Pl,
         Kind::Flock,
         Kind::Ofd,
     ];
-    let process_kinds = [Kind::Fair, Kind::Pthread, Kind::Flock, Kind::Ofd];
+    let process_kinds = [
+        Kind::Fair,
+        Kind::FairBounded,
+        Kind::Pthread,
+        Kind::Flock,
+        Kind::Ofd,
+    ];
     let mut scenarios: Vec<(bool, usize, u64)> = Vec::new();
     for cs in [100u64, 10_000] {
         for n in [2usize, 4, 8] {
@@ -669,6 +704,18 @@ fn contended(ctx: &Ctx) {
         .collect();
         let rows: Vec<Vec<String>> = sums.iter().map(|s| s.row.clone()).collect();
         println!("{}", table(&head, &rows));
+        if let Some(i) = kinds.iter().position(|k| *k == Kind::FairBounded) {
+            let ms = &res[i];
+            let grants: u64 = ms.iter().map(|m| m.acquisitions).sum();
+            let barges: u64 = ms.iter().map(|m| m.barges).sum();
+            let worst = ms.iter().map(|m| m.worst_overtaken).max().unwrap_or(0);
+            println!(
+                "{}: {barges} of {grants} grants were barges ({:.1} %); the most any waiter \
+                 was overtaken: **{worst}** (bound {BOUND}).\n",
+                Kind::FairBounded.name(),
+                100.0 * barges as f64 / (grants as f64).max(1.0)
+            );
+        }
         let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
         println!(
             "{}",

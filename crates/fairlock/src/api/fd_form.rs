@@ -395,7 +395,7 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
         (Some((ticket, _)), _) => {
             if core::end_fast(&st, &platform, i, ticket, false) {
                 Ok(Some(FdGrant {
-                    token: ticket.wrapping_add(1),
+                    token: st.token(&Grant::of(ticket, false, false, true)),
                     owner_died: false,
                 }))
             } else {
@@ -403,16 +403,11 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
             }
         }
         (None, Some((ticket, w))) if w.state() == Some(State::Held) => {
-            let g = Grant {
-                ticket,
-                died: w.died(),
-                leased: w.leased(),
-                fast: false,
-            };
+            let g = Grant::of(ticket, w.died(), w.leased(), false);
             core::release(&st, &platform, &g, i)
                 .map(|()| {
                     Some(FdGrant {
-                        token: ticket.wrapping_add(1),
+                        token: st.token(&g),
                         owner_died: w.died(),
                     })
                 })

@@ -37,6 +37,10 @@ pub struct LockGuard<'a> {
     died: bool,
     /// Granted by the lock word (released by a CAS on it, not through a slot).
     fast: bool,
+    /// A barge's bypass count (the low bits of its token), in a file with a bypass bound.
+    bypass: u8,
+    /// How many barges overtook this grant's ticket while it waited (bounded files).
+    overtaken: u8,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -54,6 +58,8 @@ impl<'a> LockGuard<'a> {
             tid,
             died: grant.died,
             fast: grant.fast,
+            bypass: grant.bypass,
+            overtaken: grant.overtaken,
             _not_send: PhantomData,
         }
     }
@@ -68,10 +74,9 @@ impl<'a> LockGuard<'a> {
     #[inline]
     fn grant(&self) -> Grant {
         Grant {
-            ticket: self.ticket,
-            died: self.died,
-            leased: self.lease_ms.is_some(),
-            fast: self.fast,
+            bypass: self.bypass,
+            overtaken: self.overtaken,
+            ..Grant::of(self.ticket, self.died, self.lease_ms.is_some(), self.fast)
         }
     }
 
@@ -79,8 +84,20 @@ impl<'a> LockGuard<'a> {
     /// file, across processes and takeovers. Hand it to downstream resources and have them
     /// reject a token smaller than the largest they have seen: that stops a holder that was
     /// paused past its lease from writing after it lost the lock.
+    ///
+    /// In a file opened with [`Fairness::Bounded`](crate::Fairness::Bounded) tokens are
+    /// `(ticket + 1) · 64 + j`, where `j` (1 to the bound) numbers the barges that took the lock
+    /// ahead of the queue's next grant, and is 0 for grants in queue order.
     pub fn token(&self) -> u64 {
-        self.grant().token()
+        crate::core::layout::token_of(self.shared.bypass_bound(), self.ticket, self.bypass)
+    }
+
+    /// In a file opened with [`Fairness::Bounded`](crate::Fairness::Bounded): how many times
+    /// this grant's waiter was overtaken by threads that took the lock ahead of the queue
+    /// (never more than the bound; barges that were undone are counted too). 0 for a grant
+    /// that did not wait in the queue, and in a strict file.
+    pub fn overtaken(&self) -> u32 {
+        u32::from(self.overtaken)
     }
 
     /// True if the previous holder did not release the lock. The name mirrors a robust

@@ -220,6 +220,11 @@ impl<'a, T: Pod> MutexGuard<'a, T> {
         self.guard.token()
     }
 
+    /// How many barges overtook this grant's waiter (see [`LockGuard::overtaken`]).
+    pub fn overtaken(&self) -> u32 {
+        self.guard.overtaken()
+    }
+
     /// True if the previous holder did not release the lock: it died or panicked while
     /// holding, so the value may be half-updated (see [`LockGuard::owner_died`]; a
     /// `FairMutex` has no leases, so here it always means a death).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::Tuning;
-use crate::core::layout::{DataShape, MAX_PERMITS, RecordKind};
+use crate::core::layout::{DataShape, MAX_BYPASS, MAX_PERMITS, RecordKind};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
 use crate::{FairLock, FairMutex, FairRLock, FairRwLock, FairSemaphore};
@@ -17,6 +17,29 @@ pub const DEFAULT_SLOTS: u32 = 256;
 pub const DEFAULT_PARTICIPANTS: u32 = 1024;
 /// The longest lease (2^41 ms, about 69 years) the file format can express.
 const MAX_LEASE_MS: u64 = (1 << 41) - 2;
+
+/// Who may take an exclusive lock ahead of whom ([`OpenOptions::fairness`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fairness {
+    /// First come, first served: every grant in arrival order (the default).
+    #[default]
+    Strict,
+    /// A running thread that calls `lock` while the queue's next waiter has been granted the
+    /// lock but has not yet taken it (it is being woken, or is not on a CPU) may take the lock
+    /// ahead of it — a *barge* — but no waiter is ever overtaken more than `k` times while it
+    /// waits (`1 ≤ k ≤ 63`; a hard bound, counted in the lock file, not a timer). Under
+    /// oversubscription (more threads than CPUs) this keeps the lock with running threads
+    /// instead of paying a wake-up per grant. Barges carry tokens between two queued grants'
+    /// ([`LockGuard::token`](crate::LockGuard::token)), and each grant tells how often its
+    /// waiter was overtaken ([`LockGuard::overtaken`](crate::LockGuard::overtaken)).
+    ///
+    /// The bound is a property of the lock file, fixed when the file is created: opening an
+    /// existing file with another fairness is refused with [`Error::KindMismatch`]. Only
+    /// exclusive locks (`FairLock`, `FairRLock`, `FairMutex`) have it; `try_lock` never
+    /// barges, nor does a grant with a lease (and nobody barges ahead of a leased grant).
+    Bounded(u32),
+}
 
 /// Options for opening a lock file. Created by [`FairLock::options`].
 ///
@@ -38,6 +61,8 @@ pub struct OpenOptions {
     /// Whether `slots` / `participants` were set (else the defaults of the file's sort).
     slots_set: bool,
     participants_set: bool,
+    /// Whether [`OpenOptions::fairness`] asked for a bypass bound.
+    bounded: bool,
 }
 
 /// Records of a new file of named locks (room for 12,288 names in use before the first sweep
@@ -67,11 +92,33 @@ impl Default for OpenOptions {
             name: None,
             slots_set: false,
             participants_set: false,
+            bounded: false,
         }
     }
 }
 
 impl OpenOptions {
+    /// The lock's fairness (see [`Fairness`]; default [`Fairness::Strict`]). A new file is
+    /// created with it; an existing file must have been created with the same, or opening it
+    /// fails with [`Error::KindMismatch`].
+    ///
+    /// ```no_run
+    /// use fairlock::{FairLock, Fairness};
+    /// let lock = FairLock::options().fairness(Fairness::Bounded(32)).open("/tmp/hot.lock")?;
+    /// let guard = lock.lock()?; // may take the lock ahead of a waiter not yet running
+    /// assert!(guard.overtaken() <= 32);
+    /// # Ok::<(), fairlock::Error>(())
+    /// ```
+    pub fn fairness(&mut self, f: Fairness) -> &mut Self {
+        let k = match f {
+            Fairness::Strict => 0,
+            Fairness::Bounded(k) => k,
+        };
+        self.create.kind = RecordKind::bounded(k);
+        self.bounded = matches!(f, Fairness::Bounded(_));
+        self
+    }
+
     /// Every grant made through this handle carries a lease of `d`: once it runs out, the next
     /// waiter may take the lock over, and the old holder's `check`, `extend` and `unlock`
     /// return [`Error::LockLost`]. Without a lease (the default) a lock is held until it is
@@ -242,6 +289,22 @@ impl OpenOptions {
     }
 
     fn check(&self) -> Result<()> {
+        let k = self.create.kind.bypass_bound();
+        if self.create.kind.kind == crate::core::layout::Kind::Exclusive
+            && (k > MAX_BYPASS || (self.bounded && k == 0))
+        {
+            return Err(Error::InvalidOption {
+                what: format!("Fairness::Bounded({k}): the bound must be 1..={MAX_BYPASS}"),
+            });
+        }
+        if self.bounded && self.create.kind.kind != crate::core::layout::Kind::Exclusive {
+            return Err(Error::InvalidOption {
+                what: format!(
+                    "Fairness::Bounded for a {}: only exclusive locks take a bypass bound",
+                    self.create.kind.describe()
+                ),
+            });
+        }
         if let Some(d) = self.lease
             && (d.is_zero() || d.as_millis() > u128::from(MAX_LEASE_MS))
         {

@@ -79,6 +79,9 @@ pub(crate) struct Hold {
 pub(crate) const KEPT_ON_EXIT: u64 = 1 << 63;
 /// The bit of `Hold::grant_meta` marking a grant the lock word made (see `core::fast`).
 const FAST_GRANT: u64 = 1 << 62;
+/// A barge's bypass count (6 bits; leases take at most 42 bits below).
+const BYPASS_SHIFT: u32 = 48;
+const BYPASS_BITS: u64 = 0x3F << BYPASS_SHIFT;
 
 impl Hold {
     /// The `grant_meta` word of a grant (`kept_on_exit`: [`KEPT_ON_EXIT`]).
@@ -87,18 +90,22 @@ impl Hold {
         (lease_ms.unwrap_or(0) << 1)
             | u64::from(g.died)
             | if g.fast { FAST_GRANT } else { 0 }
+            | (u64::from(g.bypass) << BYPASS_SHIFT) & BYPASS_BITS
             | kept_on_exit
     }
 
     /// The held grant of ticket `ticket` and its lease in ms, from `grant_meta`.
     pub(crate) fn grant_of(meta: u64, ticket: u64) -> (core::Grant, Option<u64>) {
-        let lease = (meta & !(KEPT_ON_EXIT | FAST_GRANT)) >> 1;
+        let lease = (meta & !(KEPT_ON_EXIT | FAST_GRANT | BYPASS_BITS)) >> 1;
         let lease_ms = Some(lease).filter(|&ms| ms != 0);
         let g = core::Grant {
-            ticket,
-            died: meta & 1 != 0,
-            leased: lease_ms.is_some(),
-            fast: meta & FAST_GRANT != 0,
+            bypass: ((meta & BYPASS_BITS) >> BYPASS_SHIFT) as u8,
+            ..core::Grant::of(
+                ticket,
+                meta & 1 != 0,
+                lease_ms.is_some(),
+                meta & FAST_GRANT != 0,
+            )
         };
         (g, lease_ms)
     }
@@ -231,6 +238,12 @@ impl Shared {
     }
 
     /// The file's layout (its data area included).
+    /// The lock's bypass bound (0: strict FIFO; see `Fairness`).
+    #[inline]
+    pub(crate) fn bypass_bound(&self) -> u32 {
+        self.mapping.geometry().kind.bypass_bound()
+    }
+
     pub(crate) fn geometry(&self) -> crate::core::Geometry {
         self.mapping.geometry()
     }
@@ -409,9 +422,11 @@ thread_local! {
 
 impl ExitWatch {
     /// Makes sure the calling thread's destructor is registered (cheap after the first call).
+    /// In a thread-local destructor that runs after ours, nothing (the thread is ending; a
+    /// panic there would abort the process: review finding, as `sys::beacon`'s `DEFERRED`).
     #[inline]
     pub(crate) fn arm() {
-        EXIT_WATCH.with(|_| ());
+        let _ = EXIT_WATCH.try_with(|_| ());
     }
 }
 

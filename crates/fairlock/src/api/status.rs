@@ -199,7 +199,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         let stamped = stamp == t.wrapping_add(1);
         let info = TicketInfo {
             ticket: t,
-            token: t.wrapping_add(1),
+            token: crate::core::layout::token_of(g.kind.bypass_bound(), t, 0),
             state: State::Held.name(),
             pid: v.pid(lw.holder()).filter(|pid| *pid != 0),
             tid: stamped.then_some(tid),
@@ -254,7 +254,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         };
         let info = TicketInfo {
             ticket: t,
-            token: t.wrapping_add(1),
+            token: crate::core::layout::token_of(g.kind.bypass_bound(), t, 0),
             state: state.name(),
             pid,
             tid: stamped.then_some(tid),

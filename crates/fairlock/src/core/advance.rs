@@ -209,6 +209,9 @@ pub(crate) fn cas(slot: &Slot, from: Word, to: Word) -> bool {
 /// free (the early wake of TWA): `Sleeping → Waiting` and a futex wake. Looks past a few final
 /// tickets at most.
 pub(crate) fn wake_successor<P: Platform>(st: &LockState<'_>, p: &P, from: u64) {
+    // The other half of the Dekker pair in `wait_for_grant` (our CAS made the ticket ahead of
+    // `from` final or granted; the sleeper made its word `Sleeping`, then re-read that one).
+    crate::primitive::fence(crate::primitive::Ordering::SeqCst);
     for k in 0..4u64 {
         let t = from.wrapping_add(k);
         let slot = st.slot(t);

@@ -2,12 +2,13 @@
 //! (the lease deadline, the informational stamps).
 
 use super::advance::cas;
+use super::barge::after_claim;
 use super::layout::{LockState, Slot};
 use super::leasing::commit;
-use super::platform::Platform;
+use super::platform::{Platform, Tuning};
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
-use crate::primitive::Ordering::{Acquire, Relaxed, Release};
+use crate::primitive::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 /// What a claim attempt came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,7 +30,20 @@ pub fn claim_granted<P: Platform>(
     t: u64,
     me: &Me,
 ) -> Result<Claim, WaitError> {
+    claim_granted_with(st, p, t, me, &Tuning::default())
+}
+
+/// [`claim_granted`] with the waiter's tuning (how long to spin, then poll, for a barger
+/// that took the lock ahead of our grant in a file with a bypass bound: [`super::barge`]).
+pub fn claim_granted_with<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    t: u64,
+    me: &Me,
+    tuning: &Tuning,
+) -> Result<Claim, WaitError> {
     let slot = st.slot(t);
+    let bounded = st.bypass_bound() != 0;
     loop {
         // Acquire: pairs with the grant CAS (Release), carrying the previous critical section.
         let w = Word(slot.word.load(Acquire));
@@ -39,14 +53,27 @@ pub fn claim_granted<P: Platform>(
         match w.state() {
             Some(State::Granted) => {
                 crate::crash_point!("acquire.granted_seen");
-                if cas(slot, w, w.with_state(State::Held)) {
+                let held = w.with_state(State::Held);
+                let won = if bounded {
+                    // SeqCst: the grantee's half of the Dekker pair with a barger's CAS on
+                    // the lock word (see `barge`).
+                    slot.word
+                        .compare_exchange(w.0, held.0, SeqCst, Acquire)
+                        .is_ok()
+                } else {
+                    cas(slot, w, held)
+                };
+                if won {
                     crate::crash_point!("acquire.claimed");
+                    let (news, overtaken) = if bounded {
+                        after_claim(st, p, t, me, tuning)
+                    } else {
+                        (false, 0)
+                    };
                     return Ok(match claimed(st, p, slot, t, me) {
                         true => Claim::Held(Grant {
-                            ticket: t,
-                            died: w.died(),
-                            leased: w.leased(),
-                            fast: false,
+                            overtaken,
+                            ..Grant::of(t, w.died() || news, w.leased(), false)
                         }),
                         false => Claim::Lost,
                     });

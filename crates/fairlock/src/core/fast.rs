@@ -46,12 +46,7 @@ pub fn try_fast(st: &LockState<'_>, participant: u32, beacon: u32) -> Option<Gra
     }
     let ticket = st.ticket_of(w);
     publish_hint(st, ticket, beacon);
-    Some(Grant {
-        ticket,
-        died: w.died(),
-        leased: false,
-        fast: true,
-    })
+    Some(Grant::of(ticket, w.died(), false, true))
 }
 
 /// The uncontended release of fast grant `t`: one CAS from exactly the word its acquire left
@@ -109,8 +104,9 @@ pub fn fast_hint(ticket: u64, beacon: u32) -> u64 {
 pub enum Taken {
     /// The lock was free: the word granted it (no lease was asked for).
     Fast(Grant),
-    /// A ticket to publish in its slot and wait for.
-    Queued(u64),
+    /// A ticket to publish in its slot and wait for, and the barges the lock word counted
+    /// when it was taken (its arrival, for a file with a bypass bound: [`super::barge`]).
+    Queued(u64, u32),
 }
 
 /// CAS on the lock word. `AcqRel`: a release for whoever reads the new value (the next fast
@@ -132,14 +128,14 @@ pub(crate) fn cas_word(st: &LockState<'_>, from: LockWord, to: LockWord) -> bool
 /// fast grant on to that ticket with the news.
 pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
     if st.is_weighted() {
-        return Taken::Queued(st.take_ticket());
+        return Taken::Queued(st.take_ticket(), 0);
     }
     loop {
         // Acquire: see the module notes.
         let w = st.lock_word(Acquire);
         if w.held() || w.queued() {
             if let Some(t) = take_behind(st, w) {
-                return Taken::Queued(t);
+                return Taken::Queued(t, w.barges());
             }
             continue;
         }
@@ -155,7 +151,7 @@ pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
                     refresh_slots(st);
                 }
                 advance(st, p, t, false);
-                return Taken::Queued(t);
+                return Taken::Queued(t, w.barges());
             }
             continue;
         }
@@ -176,25 +172,20 @@ pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
         if me.lease_ms.is_none() {
             publish_hint(st, ticket, me.beacon);
         }
-        let first = Grant {
-            ticket,
-            died: w.died(),
-            leased: false,
-            fast: true,
-        };
+        let first = Grant::of(ticket, w.died(), false, true);
         if me.lease_ms.is_none() {
             return Taken::Fast(first);
         }
-        let t = loop {
+        let (t, arrived) = loop {
             // Acquire: as above. The word is held by us, so it is held or queued.
             let w = st.lock_word(Acquire);
             if let Some(t) = take_behind(st, w) {
-                break t;
+                break (t, w.barges());
             }
         };
         crate::crash_point!("fast.requeued");
         end_fast(st, p, me.participant, first.ticket, first.died);
-        return Taken::Queued(t);
+        return Taken::Queued(t, arrived);
     }
 }
 
@@ -283,6 +274,11 @@ pub fn end_fast<P: Platform>(
         let w = st.lock_word(Acquire);
         if !w.held() || w.holder() != participant {
             return false;
+        }
+        if w.barged() {
+            // A barge ahead of `head`'s grant (bounded files): its ticket is the one before
+            // `head`, as for a fast holder the queue formed behind.
+            return super::barge::end_barge(st, p, participant, after, died);
         }
         if !w.queued() {
             if st.ticket_of(w) != after {

@@ -116,7 +116,7 @@ fn a_word_read_just_before_the_counter_wraps_does_not_raise_the_epoch_twice() {
     let st = o.view();
     let p = ModelPlatform::new(1_000);
     let tuning = Tuning::default();
-    let last = (1u64 << 40) - 1;
+    let last = (1u64 << lock_word::COUNTER_BITS) - 1;
     // A lock that has handed out 2^40 − 1 tickets, all of them fast (epoch 0).
     st.header()
         .word
@@ -128,10 +128,10 @@ fn a_word_read_just_before_the_counter_wraps_does_not_raise_the_epoch_twice() {
     // ticket of epoch 1, which raises `epoch` to 1).
     let b = try_fast(&st, 1, 0).unwrap();
     assert_eq!(b.ticket, last);
-    let Taken::Queued(c) = take(&st, &p, &me(2)) else {
+    let Taken::Queued(c, _) = take(&st, &p, &me(2)) else {
         panic!("C queues behind B")
     };
-    assert_eq!(c, 1 << 40);
+    assert_eq!(c, 1 << lock_word::COUNTER_BITS);
     assert_eq!(st.header().epoch.load(Relaxed), 1);
     // The preempted taker resumes: the ticket its word names.
     let named = st.ticket_of(seen);
@@ -150,7 +150,7 @@ fn a_word_read_just_before_the_counter_wraps_does_not_raise_the_epoch_twice() {
             st.header().epoch.load(Relaxed),
             next.map(|g| g.token())
         ),
-        (last, 1, Ok((1 << 40) + 2)),
+        (last, 1, Ok((1 << lock_word::COUNTER_BITS) + 2)),
         "(ticket named by the word read before the wrap, epoch, the next lock of a free lock)"
     );
 }
@@ -176,7 +176,7 @@ fn a_walk_does_not_carry_a_drained_queues_news_into_the_next_queue() {
     let tuning = Tuning::default();
     let g1 = lock(&st, &q, &me(1), None, &tuning).unwrap();
     assert_eq!(g1.ticket, 0);
-    let Taken::Queued(t1) = take(&st, &q, &me(2)) else {
+    let Taken::Queued(t1, _) = take(&st, &q, &me(2)) else {
         panic!()
     };
     assert!(matches!(
@@ -192,7 +192,7 @@ fn a_walk_does_not_carry_a_drained_queues_news_into_the_next_queue() {
     let d = q.now_ns();
     assert!(lock(&st, &q, &me(4), Some(d), &tuning).is_err());
     // P3 takes ticket 3; its slot is still ticket 1's: it registers as lapped and is killed.
-    let Taken::Queued(t3) = take(&st, &q, &me(3)) else {
+    let Taken::Queued(t3, _) = take(&st, &q, &me(3)) else {
         panic!()
     };
     assert_eq!(t3, 3);
@@ -244,8 +244,9 @@ fn a_walk_does_not_carry_a_drained_queues_news_into_the_next_queue() {
 /// `Corrupt` although a live holder simply holds the lock.
 ///
 /// (As the review wrote it, the test set the counter 2^44 + 2^43 tickets on with the slots as
-/// at ticket 0. The fix refreshes the slots whenever the counter wraps, every 2^40 tickets, so
-/// the test now gets there the way a lock does: through every wrap in between, each taken by
+/// at ticket 0. The fix refreshes the slots whenever the counter wraps (then every 2^40 tickets), so
+/// the test now gets there the way a lock does: through every wrap in between (2^39 tickets
+/// apart since the parity moved above the counter), each taken by
 /// a fast acquisition — the counter set to the last ticket of each epoch in turn. Without the
 /// refresh it fails exactly as before.)
 #[test]
@@ -254,11 +255,12 @@ fn a_slot_untouched_for_2_pow_43_laps_is_still_behind() {
     let st = o.view();
     let p = ModelPlatform::new(1_000);
     let tuning = Tuning::default();
-    let last = (1u64 << 40) - 1;
+    let last = (1u64 << lock_word::COUNTER_BITS) - 1;
     // 2^44 + 2^43 uncontended acquisitions, the slots untouched by any of them: through the
-    // 24 wraps in between, each taken fast.
-    for epoch in 0..24u64 {
-        let t = (epoch << 40) | last;
+    // 48 wraps of the 39-bit counter in between, each taken fast.
+    let wraps = ((1u64 << 44) + (1 << 43)) >> lock_word::COUNTER_BITS;
+    for epoch in 0..wraps {
+        let t = (epoch << lock_word::COUNTER_BITS) | last;
         st.header()
             .word
             .store(lock_word::LockWord::initial(t, false).0, Relaxed);
@@ -271,7 +273,9 @@ fn a_slot_untouched_for_2_pow_43_laps_is_still_behind() {
     st.header()
         .word
         .store(lock_word::LockWord::initial(start, false).0, Relaxed);
-    st.header().epoch.store(start >> 40, Relaxed);
+    st.header()
+        .epoch
+        .store(start >> lock_word::COUNTER_BITS, Relaxed);
     let g = lock(&st, &p, &me(1), None, &tuning).unwrap();
     assert_eq!(g.ticket, start);
     // P2 waits behind P1, with a deadline.

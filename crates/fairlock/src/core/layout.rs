@@ -43,12 +43,33 @@ pub enum Kind {
 /// slots, and 2^20 slots (64 MiB) is the most a file offers.
 pub const MAX_PERMITS: u32 = 1 << 19;
 
-/// A file's kind as its header stores it: the kind and, for a semaphore, its permits.
+/// The fencing token of ticket `t` (with `bypass` barges ahead of `t + 1`) in a file with
+/// bypass bound `bound`: `t + 1` in a strict file, `(t + 1) · 2^6 + bypass` in a bounded one.
+#[inline]
+pub fn token_of(bound: u32, t: u64, bypass: u8) -> u64 {
+    if bound == 0 {
+        t.wrapping_add(1)
+    } else {
+        (t.wrapping_add(1) << TOKEN_SHIFT) | u64::from(bypass)
+    }
+}
+
+/// The largest bypass bound of an exclusive lock (`Fairness::Bounded(k)`): a barge's token
+/// carries its bypass count in the low [`TOKEN_SHIFT`] bits, and the lock word counts barges
+/// modulo 2^7 (see [`crate::core::barge`]).
+pub const MAX_BYPASS: u32 = 63;
+/// The low bits of a bounded file's fencing tokens that number the barges between two grants
+/// of the queue: tokens are `(ticket + 1) · 2^6 + bypass count`.
+pub const TOKEN_SHIFT: u32 = 6;
+
+/// A file's kind as its header stores it: the kind and, for a semaphore, its permits — or,
+/// for an exclusive lock, its bypass bound (0: strict FIFO).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordKind {
     /// The kind.
     pub kind: Kind,
-    /// A semaphore's permits; 0 for the other kinds.
+    /// A semaphore's permits; an exclusive lock's bypass bound (0 for strict FIFO); 0 for a
+    /// reader/writer lock.
     pub permits: u32,
 }
 
@@ -72,10 +93,26 @@ impl RecordKind {
         }
     }
 
+    /// An exclusive lock with bypass bound `k` (`Fairness::Bounded(k)`; 0: strict FIFO).
+    pub const fn bounded(k: u32) -> RecordKind {
+        RecordKind {
+            kind: Kind::Exclusive,
+            permits: k,
+        }
+    }
+
+    /// The bypass bound of an exclusive lock (0: strict FIFO, and for the other kinds).
+    pub fn bypass_bound(self) -> u32 {
+        match self.kind {
+            Kind::Exclusive => self.permits,
+            _ => 0,
+        }
+    }
+
     /// The kind stored as (`code`, `permits`), if it is one this crate knows and consistent.
     pub fn decode(code: u32, permits: u32) -> Option<RecordKind> {
         let k = match code {
-            0 => RecordKind::EXCLUSIVE,
+            0 => RecordKind::bounded(permits),
             1 => RecordKind::RWLOCK,
             2 => RecordKind::semaphore(permits),
             _ => return None,
@@ -97,7 +134,8 @@ impl RecordKind {
     pub fn is_valid(self) -> bool {
         match self.kind {
             Kind::Semaphore => (1..=MAX_PERMITS).contains(&self.permits),
-            _ => self.permits == 0,
+            Kind::Exclusive => self.permits <= MAX_BYPASS,
+            Kind::RwLock => self.permits == 0,
         }
     }
 
@@ -119,7 +157,8 @@ impl RecordKind {
     /// How the kind reads in messages and status: "exclusive", "rwlock", "semaphore of 3".
     pub fn describe(self) -> String {
         match self.kind {
-            Kind::Exclusive => "exclusive lock".to_string(),
+            Kind::Exclusive if self.permits == 0 => "exclusive lock".to_string(),
+            Kind::Exclusive => format!("exclusive lock bounded to {} bypasses", self.permits),
             Kind::RwLock => "reader/writer lock".to_string(),
             Kind::Semaphore => format!("semaphore of {} permits", self.permits),
         }
@@ -155,7 +194,7 @@ pub struct Header {
     /// The lock word ([`crate::core::lock_word`]): the low 40 bits of the next ticket, the
     /// fast holder, queued mode.
     pub word: AtomicU64,
-    /// The high 24 bits of the next ticket (see [`crate::core::lock_word::full_ticket`]).
+    /// The high 25 bits of the next ticket (see [`crate::core::lock_word::full_ticket`]).
     pub epoch: AtomicU64,
     /// Informational: `ticket + 1` of the fast grant whose holder stamped `fast_since` and
     /// `fast_tid` (see `LockGuard::stamp_time`); never used for a decision.
@@ -435,30 +474,36 @@ pub struct LockState<'a> {
     capacity: u64,
     weighted: bool,
     rwlock: bool,
+    /// The bypass bound of an exclusive lock (0: strict FIFO).
+    bound: u32,
 }
 
-/// `(weighted, rwlock, capacity)` of a view of kind `kind` with `1 << shift` slots. `None`
-/// (garbage in a header) reads as an exclusive lock, whose protocol never trusts more than one
-/// holder; the file layer refuses such files before building a view. Inlined: every lock and
-/// unlock builds a view.
+/// `(weighted, rwlock, capacity, bypass bound)` of a view of kind `kind` with `1 << shift`
+/// slots. `None` (garbage in a header) reads as a strict exclusive lock, whose protocol never
+/// trusts more than one holder; the file layer refuses such files before building a view.
+/// Inlined: every lock and unlock builds a view.
 #[inline(always)]
-fn weights(kind: Option<RecordKind>, shift: u32) -> (bool, bool, u64) {
+fn weights(kind: Option<RecordKind>, shift: u32) -> (bool, bool, u64, u32) {
     let n = 1u64 << shift;
     match kind {
         Some(RecordKind {
             kind: Kind::RwLock, ..
-        }) => (true, true, n),
+        }) => (true, true, n, 0),
         Some(RecordKind {
             kind: Kind::Semaphore,
             permits,
-        }) => (true, false, u64::from(permits).clamp(1, n)),
-        _ => (false, false, 1),
+        }) => (true, false, u64::from(permits).clamp(1, n), 0),
+        Some(RecordKind {
+            kind: Kind::Exclusive,
+            permits,
+        }) => (false, false, 1, permits.min(MAX_BYPASS)),
+        None => (false, false, 1, 0),
     }
 }
 
 /// The view's kind as the header states it, for views over parts the caller has not validated
 /// (tests, loom).
-fn kind_of(header: &Header, shift: u32) -> (bool, bool, u64) {
+fn kind_of(header: &Header, shift: u32) -> (bool, bool, u64, u32) {
     // Relaxed: written once when the file is initialised, before the magic that the opener
     // read with Acquire.
     let code = header.kind.load(crate::primitive::Ordering::Relaxed);
@@ -478,7 +523,7 @@ impl<'a> LockState<'a> {
         let p = u32::try_from(participants.len()).ok()?;
         Geometry::new(n, p)?;
         let shift = n.trailing_zeros();
-        let (weighted, rwlock, capacity) = kind_of(header, shift);
+        let (weighted, rwlock, capacity, bound) = kind_of(header, shift);
         Some(LockState {
             header,
             participants,
@@ -487,6 +532,7 @@ impl<'a> LockState<'a> {
             capacity,
             weighted,
             rwlock,
+            bound,
         })
     }
 
@@ -504,7 +550,7 @@ impl<'a> LockState<'a> {
     ) -> LockState<'a> {
         debug_assert!(LockState::new(header, participants, slots).is_some());
         let shift = slots.len().trailing_zeros();
-        let (weighted, rwlock, capacity) = weights(Some(kind), shift);
+        let (weighted, rwlock, capacity, bound) = weights(Some(kind), shift);
         LockState {
             header,
             participants,
@@ -513,6 +559,7 @@ impl<'a> LockState<'a> {
             capacity,
             weighted,
             rwlock,
+            bound,
         }
     }
 
@@ -554,6 +601,21 @@ impl<'a> LockState<'a> {
         self.weighted
     }
 
+    /// The bypass bound of an exclusive lock: how many barges may overtake a waiter
+    /// (`Fairness::Bounded(k)`, see [`crate::core::barge`]); 0 for strict FIFO.
+    #[inline]
+    pub fn bypass_bound(&self) -> u32 {
+        self.bound
+    }
+
+    /// The fencing token of `g` in this file: `ticket + 1`, or in a file with a bypass bound
+    /// `(ticket + 1) · 2^6 + bypass` (barges between two queued grants: see
+    /// [`crate::core::barge`]).
+    #[inline]
+    pub fn token(&self, g: &crate::core::Grant) -> u64 {
+        token_of(self.bound, g.ticket, g.bypass)
+    }
+
     /// Whether the lock is a reader/writer lock.
     #[inline]
     pub fn is_rwlock(&self) -> bool {
@@ -578,7 +640,7 @@ impl<'a> LockState<'a> {
     /// if its parity is stale (the counter wrapped and the wrapper has not raised it yet).
     #[inline]
     pub fn ticket_of(&self, w: LockWord) -> u64 {
-        // Relaxed: `epoch` only ever goes up by one per 2^40 tickets; a stale value is
+        // Relaxed: `epoch` only ever goes up by one per 2^39 tickets; a stale value is
         // corrected from the word's parity, and the raise below is a CAS from what we read.
         let e = self.header.epoch.load(crate::primitive::Ordering::Relaxed);
         if lock_word::epoch_stale(w, e) {
@@ -599,34 +661,23 @@ impl<'a> LockState<'a> {
         self.ticket_of(self.lock_word(crate::primitive::Ordering::Relaxed))
     }
 
-    /// Takes a ticket keeping the word's flags (one CAS loop): for the weighted kinds, whose
-    /// word is queued for good, and for tests. Exclusive locks take theirs with
-    /// [`crate::core::fast`].
+    /// Takes a ticket keeping the word's flags: for the weighted kinds, whose word is queued
+    /// for good, and for tests. Exclusive locks take theirs with [`crate::core::fast`].
+    ///
+    /// One `fetch_add` (wait-free: a taker is never overtaken by later arrivals retrying a
+    /// CAS — with a CAS loop, 6 threads on a semaphore took tickets out of arrival order
+    /// 6.7 % of the time instead of 0.1 %). The carry of the ticket that wraps the counter
+    /// flips the epoch's parity bit right above it, so no taker has to look first (review:
+    /// with the parity elsewhere, a taker that stalled between that look and its `fetch_add`
+    /// wrapped the counter without flipping it).
     pub fn take_ticket(&self) -> u64 {
-        use crate::primitive::Ordering::{AcqRel, Acquire};
-        // Acquire: pairs with the Release of whatever CAS set the word's flags.
-        let mut w = self.lock_word(Acquire);
-        if self.weighted && w.counter() < lock_word::FETCH_ADD_BELOW {
-            // Far from the counter's wrap, one `fetch_add` (wait-free: a taker is never
-            // overtaken by later arrivals retrying a CAS — with a CAS loop, 6 threads on a
-            // semaphore took tickets out of arrival order 6.7 % of the time instead of 0.1 %).
-            // A weighted word never changes but by tickets taken, so only the counter moves;
-            // it cannot wrap here unless 2^16 takers raced past the check at once.
-            // AcqRel: as the CAS below.
-            let old = LockWord(self.header.word.fetch_add(lock_word::TICKET, AcqRel));
-            return self.ticket_of(old);
-        }
-        loop {
-            // AcqRel: part of the word's release sequence (see `core::fast`).
-            match self
-                .header
+        // AcqRel: part of the word's release sequence (see `core::fast`).
+        let old = LockWord(
+            self.header
                 .word
-                .compare_exchange_weak(w.0, w.taken().0, AcqRel, Acquire)
-            {
-                Ok(_) => return self.ticket_of(w),
-                Err(now) => w = LockWord(now),
-            }
-        }
+                .fetch_add(lock_word::TICKET, crate::primitive::Ordering::AcqRel),
+        );
+        self.ticket_of(old)
     }
 
     /// Takes ticket `t` if it is the next one to be handed out (and the word is `w`, as read):

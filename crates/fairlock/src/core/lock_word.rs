@@ -6,16 +6,21 @@
 //! | 0       | `H`       | held by a *fast* holder (granted by the word itself, no slot)    |
 //! | 1       | `Q`       | queued mode: tickets at or after `head` go through the slots     |
 //! | 2       | `D`       | the next fast grant carries "owner died" (only while `Q = 0`)    |
-//! | 3       | `P`       | the parity of the epoch of the ticket `counter` names            |
+//! | 3       | —         | zero                                                            |
 //! | 4..16   | `holder`  | the fast holder's participant entry (meaningful while `H = 1`)  |
-//! | 16..24  | —         | zero (reserved for a bypass count)                              |
-//! | 24..64  | `counter` | the low 40 bits of the next ticket to be handed out             |
+//! | 16      | `G`       | the fast holder *barged*: took the lock ahead of `head`'s grant (bounded files only) |
+//! | 17..24  | `B`       | barges so far, modulo 2^7 (bounded files only; zero otherwise)   |
+//! | 24..63  | `counter` | the low 39 bits of the next ticket to be handed out             |
+//! | 63      | `P`       | the parity of the epoch of the ticket `counter` names            |
 //!
-//! A ticket is 64 bits: `epoch · 2^40 + counter`, with `epoch` in the header word after this
-//! one. The taker whose ticket wraps the counter flips `P` in the same compare-and-swap, and
-//! whoever then finds `epoch`'s parity stale raises it by one ([`full_ticket`]), so every
-//! ticket is known in full from the word it was taken from and the epoch read afterwards — as
-//! long as nobody stalls for 2^39 tickets between the two (the documented horizon).
+//! A ticket is 64 bits: `epoch · 2^39 + counter`, with `epoch` in the header word after this
+//! one. `P` sits right above the counter, so the carry of the ticket that wraps the counter
+//! flips it — in a CAS or in a `fetch_add` alike (with `P` elsewhere, a `fetch_add` taker that
+//! stalled between choosing `fetch_add` and making it could wrap the counter without flipping
+//! `P`: review finding) — and whoever then finds `epoch`'s parity stale raises it by one
+//! ([`full_ticket`]), so every ticket is known in full from the word it was taken from and the
+//! epoch read afterwards — as long as nobody stalls for 2^38 tickets between the two (the
+//! documented horizon).
 //!
 //! The states of the word (see `docs/DESIGN.md`, "The lock word"):
 //!
@@ -29,6 +34,12 @@
 //!   nothing until it has cleared `H`. The walk that finds every ticket before `counter` final
 //!   drains the queue (`Q → 0`, `D` = the died flag it carries) with one CAS on the word.
 //!
+//! * `Q = 1, H = 1, G = 1` (files with a bypass bound only, see [`super::barge`]): `head`'s
+//!   ticket is granted but not yet claimed, and a running thread took the lock ahead of it
+//!   with one CAS (`B + 1`). The grantee's claim and the barger's CAS are a Dekker pair; the
+//!   grantee waits for `H` to clear. `D` may then be set while `Q = 1`: a dead barger's news,
+//!   for whoever takes the lock next (the grantee or another barger).
+//!
 //! Files of a weighted kind keep `Q = 1` for ever: every acquisition queues.
 
 /// Held by a fast holder.
@@ -37,21 +48,22 @@ pub const H: u64 = 1 << 0;
 pub const Q: u64 = 1 << 1;
 /// The next fast grant carries "owner died".
 pub const D: u64 = 1 << 2;
-/// Parity of the epoch of the ticket `counter` names.
-pub const P: u64 = 1 << 3;
+/// Parity of the epoch of the ticket `counter` names: the bit above the counter.
+pub const P: u64 = 1 << 63;
+/// The fast holder barged ahead of `head`'s grant (files with a bypass bound).
+pub const G: u64 = 1 << 16;
 const HOLDER_SHIFT: u32 = 4;
 const HOLDER_MASK: u64 = (1 << 12) - 1;
+const BARGES_SHIFT: u32 = 17;
+/// Barges are counted modulo this (7 bits).
+pub const BARGES_MOD: u32 = 1 << 7;
+const BARGES_MASK: u64 = (BARGES_MOD as u64) - 1;
 const COUNTER_SHIFT: u32 = 24;
 /// Bits of the ticket kept in the word.
-pub const COUNTER_BITS: u32 = 40;
+pub const COUNTER_BITS: u32 = 39;
 const COUNTER_MASK: u64 = (1 << COUNTER_BITS) - 1;
 /// One ticket, as an addend to the word (the counter's lowest bit).
 pub const TICKET: u64 = 1 << COUNTER_SHIFT;
-/// Below this counter a taker of a weighted kind may take its ticket with a `fetch_add`:
-/// 2^16 tickets short of the wrap, where the taker must flip `P` in the same step.
-pub const FETCH_ADD_BELOW: u64 = COUNTER_MASK - (1 << 16);
-/// Bits no version of fairlock sets (the reserved byte).
-pub const RESERVED: u64 = 0xFF << 16;
 
 /// A decoded lock word.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -61,12 +73,7 @@ impl LockWord {
     /// The word of a lock whose next ticket is `next`: free (`Q = 0`) for an exclusive lock,
     /// queued for good (`Q = 1`) for a weighted kind.
     pub fn initial(next: u64, weighted: bool) -> LockWord {
-        let w = ((next & COUNTER_MASK) << COUNTER_SHIFT)
-            | if (next >> COUNTER_BITS) & 1 != 0 {
-                P
-            } else {
-                0
-            };
+        let w = ((next & COUNTER_MASK) << COUNTER_SHIFT) | (((next >> COUNTER_BITS) & 1) << 63);
         LockWord(if weighted { w | Q } else { w })
     }
 
@@ -88,31 +95,53 @@ impl LockWord {
         self.0 & D != 0
     }
 
+    /// The fast holder barged ahead of `head`'s grant.
+    #[inline]
+    pub fn barged(self) -> bool {
+        self.0 & G != 0
+    }
+
+    /// Barges so far, modulo [`BARGES_MOD`].
+    #[inline]
+    pub fn barges(self) -> u32 {
+        ((self.0 >> BARGES_SHIFT) & BARGES_MASK) as u32
+    }
+
+    /// The word after a barge by `participant`: held, `G` set, one more barge counted, `D`
+    /// consumed (the barger is told the news).
+    #[inline]
+    pub fn barged_by(self, participant: u32) -> LockWord {
+        let b = (u64::from(self.barges()) + 1) & BARGES_MASK;
+        LockWord(
+            (self.with_died(false).with_holder(participant).0 & !(BARGES_MASK << BARGES_SHIFT))
+                | G
+                | (b << BARGES_SHIFT),
+        )
+    }
+
     /// The fast holder's participant entry.
     #[inline]
     pub fn holder(self) -> u32 {
         ((self.0 >> HOLDER_SHIFT) & HOLDER_MASK) as u32
     }
 
-    /// The low 40 bits of the next ticket.
+    /// The low 39 bits of the next ticket.
     #[inline]
     pub fn counter(self) -> u64 {
-        self.0 >> COUNTER_SHIFT
+        (self.0 >> COUNTER_SHIFT) & COUNTER_MASK
     }
 
     /// The parity of the next ticket's epoch.
     #[inline]
     pub fn parity(self) -> u64 {
-        (self.0 & P) >> 3
+        self.0 >> 63
     }
 
-    /// The word after one more ticket was taken from it (flags kept; `P` flipped when the
-    /// counter wraps).
+    /// The word after one more ticket was taken from it: flags kept, and when the counter
+    /// wraps its carry flips `P` — exactly what a `fetch_add` of [`TICKET`] makes of it.
     #[inline]
     pub fn taken(self) -> LockWord {
-        let c = (self.counter() + 1) & COUNTER_MASK;
-        let p = if c == 0 { (self.0 & P) ^ P } else { self.0 & P };
-        LockWord((self.0 & (H | Q | D | (HOLDER_MASK << HOLDER_SHIFT))) | p | (c << COUNTER_SHIFT))
+        LockWord(self.0.wrapping_add(TICKET))
     }
 
     /// The word after a fast acquire by `participant`: one more ticket, held, `D` consumed.
@@ -138,10 +167,10 @@ impl LockWord {
         )
     }
 
-    /// The same word with no fast holder (holder field cleared too).
+    /// The same word with no fast holder (holder field and `G` cleared too).
     #[inline]
     pub fn unheld(self) -> LockWord {
-        LockWord(self.0 & !(H | (HOLDER_MASK << HOLDER_SHIFT)))
+        LockWord(self.0 & !(H | G | (HOLDER_MASK << HOLDER_SHIFT)))
     }
 
     /// The same word in queued mode.
@@ -150,10 +179,11 @@ impl LockWord {
         LockWord(self.0 | Q)
     }
 
-    /// The queue drained: not queued, not held, `D = died` for the next fast grant.
+    /// The queue drained: not queued, not held, `D = died` for the next fast grant (a dead
+    /// barger's news, which only a bounded file's queued word carries, is kept).
     #[inline]
     pub fn drained(self, died: bool) -> LockWord {
-        LockWord(self.unheld().0 & !(Q | D) | if died { D } else { 0 })
+        LockWord(self.unheld().0 & !(Q | D) | if died || self.died() { D } else { 0 })
     }
 
     /// The same word with `D = died`.
@@ -167,16 +197,21 @@ impl core::fmt::Debug for LockWord {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "LockWord(counter {}, P{}{}{}{})",
+            "LockWord(counter {}, P{}{}{}{}, {} barges)",
             self.counter(),
             self.parity(),
             if self.queued() { ", queued" } else { "" },
             if self.held() {
-                format!(", held by {}", self.holder())
+                format!(
+                    ", held by {}{}",
+                    self.holder(),
+                    if self.barged() { " (barged)" } else { "" }
+                )
             } else {
                 String::new()
             },
             if self.died() { ", died" } else { "" },
+            self.barges(),
         )
     }
 }
@@ -190,9 +225,9 @@ const HALF: u64 = 1 << (COUNTER_BITS - 1);
 /// than the last raise (its counter wrapped and nobody has raised `epoch` yet: the counter is
 /// small, and the epoch is `epoch + 1`) or older (read just before a wrap, `epoch` raised since:
 /// the counter is large, and the epoch is `epoch − 1`). The counter's half tells them apart, so
-/// this is right for any reader that lags fewer than 2^39 tickets (the documented horizon).
+/// this is right for any reader that lags fewer than 2^38 tickets (the documented horizon).
 /// (Taking every mismatch for "not raised yet" named a word read one ticket before the wrap
-/// 2^41 tickets too far, and raised `epoch` twice: review finding.)
+/// 2^40 tickets too far, and raised `epoch` twice: review finding.)
 #[inline]
 pub fn full_ticket(w: LockWord, epoch: u64) -> u64 {
     let e = if epoch & 1 == w.parity() {
@@ -246,14 +281,37 @@ mod tests {
                 .acquired(1)
                 .died()
         );
-        assert_eq!(a.0 & RESERVED, 0);
+    }
+
+    #[test]
+    fn barges_count_and_undo() {
+        let q = LockWord::initial(9, false).with_queued().with_died(true);
+        let b = q.barged_by(7);
+        assert!(b.held() && b.barged() && b.queued() && !b.died());
+        assert_eq!((b.holder(), b.barges(), b.counter()), (7, 1, 9));
+        let t = b.taken();
+        assert!(t.barged() && t.held());
+        assert_eq!((t.barges(), t.counter()), (1, 10));
+        assert_eq!(
+            b.unheld().with_died(true).barges(),
+            1,
+            "an undone barge stays counted"
+        );
+        let r = b.unheld();
+        assert!(!r.held() && !r.barged() && r.queued());
+        assert_eq!(r.barges(), 1);
+        let mut w = q;
+        for _ in 0..BARGES_MOD {
+            w = w.barged_by(1).unheld();
+        }
+        assert_eq!(w.barges(), 0, "counted modulo 2^7");
     }
 
     #[test]
     fn counter_wraps_into_the_epoch() {
-        let last = (1u64 << 40) - 1;
+        let last = (1u64 << COUNTER_BITS) - 1;
         for e in [0u64, 1, 2, 7] {
-            let t = (e << 40) | last;
+            let t = (e << COUNTER_BITS) | last;
             let w = LockWord::initial(t, false);
             assert_eq!(full_ticket(w, e), t);
             let n = w.taken();
@@ -267,6 +325,11 @@ mod tests {
             assert_eq!(full_ticket(w, e + 1), t);
             assert!(!epoch_stale(w, e + 1));
             assert!(wraps(w) && !wraps(n));
+            // The same as a `fetch_add` of one ticket, flags and all.
+            let q = w.with_holder(9).with_queued().barged_by(9);
+            assert_eq!(q.taken().0, q.0.wrapping_add(TICKET));
+            assert_eq!(full_ticket(q.taken(), e + 1), t + 1);
+            assert!(q.taken().held() && q.taken().barged() && q.taken().queued());
         }
     }
 }

@@ -31,8 +31,11 @@
 //! * **Publication and grant.** Publishing (`prev-lap final → Waiting`) and granting
 //!   (`Waiting|Sleeping → Granted`, `prev-lap final → Ready`) are CASes on the same word, so
 //!   they are totally ordered by that word's modification order: whichever comes second sees
-//!   the first. There is no separate flag and hence no store-then-load (Dekker) pattern
-//!   anywhere; no `SeqCst` is needed.
+//!   the first. There is no separate flag and hence no store-then-load (Dekker) pattern in
+//!   the slot protocol. The only ones, each `SeqCst` on both sides: a barge against the
+//!   grantee's claim, and the end of a barge against the same ([`barge`]); a waiter going to
+//!   sleep on the beacon of the waiter ahead against that waiter's give-up nudge (fences, see
+//!   `wait_for_grant` and [`advance::wake_successor`]).
 //! * **No lost wake-up.** A waiter parks by CAS `Waiting → Sleeping` and then waits on the
 //!   futex expecting the `Sleeping` value; a grantor that sees `Sleeping` (in its CAS) wakes
 //!   the word after changing it. Either the change happens before the kernel compares the
@@ -52,10 +55,13 @@
 //! * **Lapped-taker records** ([`lapped`]) are `Relaxed`: advice whose only effect is to pass
 //!   a ticket whose taker gave up (it wrote so after its last look) or is dead (the kernel's
 //!   beacon says so).
-//! * **Informational fields** (`stamp`, `tid`, `since`, `depth`) are `Relaxed` and never used
-//!   for a decision.
+//! * **Informational fields** (`stamp`, `tid`, `since`) are `Relaxed` and never used for a
+//!   decision; the slot's `beacon` field (a thread beacon, and in a bounded file the ticket's
+//!   arrival count) is written before `stamp`'s `Release` store and read after its `Acquire`
+//!   load.
 
 pub mod advance;
+pub mod barge;
 pub mod claim;
 pub mod cleanup;
 pub mod fast;
@@ -77,7 +83,11 @@ pub mod weighted;
 pub mod word;
 
 #[cfg(all(test, not(loom)))]
+mod barge_tests;
+#[cfg(all(test, not(loom)))]
 mod fast_review;
+#[cfg(all(test, not(loom)))]
+mod fetch_add_review;
 #[cfg(all(test, not(loom)))]
 mod names_review;
 #[cfg(all(test, not(loom)))]
@@ -130,14 +140,34 @@ pub struct Grant {
     pub died: bool,
     /// The grant has a lease (so a takeover may revoke it).
     pub leased: bool,
-    /// Granted by the lock word itself (the uncontended path): released with a CAS on the
-    /// word, not through a slot (see [`lock_word`]).
+    /// Granted by the lock word itself (the uncontended path, or a barge): released with a
+    /// CAS on the word, not through a slot (see [`lock_word`]).
     pub fast: bool,
+    /// A barge (files with a bypass bound, see [`barge`]): the how-manieth barge ahead of
+    /// ticket `ticket + 1`'s grant (1 to the bound), the low bits of its token. 0 otherwise.
+    pub bypass: u8,
+    /// How many barges overtook this grant's ticket while it waited (files with a bypass
+    /// bound; never more than the bound). 0 otherwise.
+    pub overtaken: u8,
 }
 
 impl Grant {
-    /// The fencing token: `ticket + 1`. Grants happen in ticket order, so tokens strictly
-    /// increase across all grants of the file, takeovers included.
+    /// A grant of ticket `ticket` through the queue or the word (not a barge).
+    #[inline]
+    pub fn of(ticket: u64, died: bool, leased: bool, fast: bool) -> Grant {
+        Grant {
+            ticket,
+            died,
+            leased,
+            fast,
+            bypass: 0,
+            overtaken: 0,
+        }
+    }
+
+    /// The fencing token in a strict file: `ticket + 1`. Grants happen in ticket order, so
+    /// tokens strictly increase across all grants of the file, takeovers included. (A file
+    /// with a bypass bound numbers them differently: [`LockState::token`].)
     #[inline]
     pub fn token(&self) -> u64 {
         self.ticket.wrapping_add(1)

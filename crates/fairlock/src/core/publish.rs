@@ -66,12 +66,7 @@ pub fn publish<P: Platform>(
                     if cas(slot, w, held) {
                         crate::crash_point!("acquire.claimed");
                         return Ok(match claimed(st, p, slot, t, me) {
-                            true => Published::Held(Grant {
-                                ticket: t,
-                                died: w.died(),
-                                leased,
-                                fast: false,
-                            }),
+                            true => Published::Held(Grant::of(t, w.died(), leased, false)),
                             false => Published::Skipped,
                         });
                     }

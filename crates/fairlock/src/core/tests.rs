@@ -300,12 +300,7 @@ fn taker_skipped_after_the_grace_queues_again() {
         .word
         .compare_exchange(w.0, w.with_state(State::Held).0, Relaxed, Relaxed)
         .unwrap();
-    let g1 = Grant {
-        ticket: t1,
-        died: false,
-        leased: false,
-        fast: false,
-    };
+    let g1 = Grant::of(t1, false, false, false);
     release(&st, &p, &g1, 2).unwrap();
     let deadline = Some(p.now_ns() + 1);
     let g = lock_watched(
@@ -656,15 +651,15 @@ fn try_lock_skips_one_dead_pregrant() {
     }
 }
 
-/// A weighted kind takes its tickets with a `fetch_add` far from the counter's wrap, and with a
-/// CAS that flips the epoch's parity across it: tickets stay consecutive through the wrap.
+/// A weighted kind takes its tickets with a `fetch_add`, whose carry flips the epoch's parity
+/// across the counter's wrap: tickets stay consecutive through the wrap.
 #[test]
 fn weighted_tickets_stay_consecutive_through_the_counter_s_wrap() {
     let o = OwnedState::of_kind(4, 4, layout::RecordKind::semaphore(1));
     let st = o.view();
-    let mask = (1u64 << 40) - 1;
-    for start in [lock_word::FETCH_ADD_BELOW - 3, mask - 2] {
-        let first = (5u64 << 40) | start;
+    let mask = (1u64 << lock_word::COUNTER_BITS) - 1;
+    for start in [mask - (1 << 20), mask - 2] {
+        let first = (5u64 << lock_word::COUNTER_BITS) | start;
         st.header()
             .word
             .store(lock_word::LockWord::initial(first, true).0, Relaxed);

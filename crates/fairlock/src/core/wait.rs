@@ -3,7 +3,8 @@
 //! before they answer.
 
 use super::advance::cas;
-use super::claim::{Claim, claim_granted, stamp_since};
+use super::barge::{BEACON_MASK, barge};
+use super::claim::{Claim, claim_granted_with, stamp_since};
 use super::fast::{Taken, end_fast, take, try_fast};
 use super::layout::{LockState, Slot};
 use super::lock_word::LockWord;
@@ -44,8 +45,9 @@ pub fn lock<P: Platform>(
     lock_watched(st, p, me, deadline, tuning, None, Watch::default())
 }
 
-/// The rest of [`lock`] once the fast path failed: take a ticket (which may still find the
-/// lock free), publish, wait, claim. `first`: a ticket the caller already took (`try_lock` of
+/// The rest of [`lock`] once the fast path failed: in a file with a bypass bound, a barge
+/// (see [`super::barge`]); else take a ticket (which may still find the lock free), publish,
+/// wait, claim. `first`: a ticket the caller already took (`try_lock` of
 /// a weighted kind), else one is taken here. A [`Watch`] made by [`Watch::interruptible`]
 /// gives the ticket up (as at the deadline) once its hook says so, with
 /// [`WaitError::Interrupted`]. A grant that races the interruption wins: the caller then
@@ -62,14 +64,35 @@ pub fn lock_watched<P: Platform>(
     first: Option<u64>,
     mut watch: Watch<'_>,
 ) -> Result<Grant, WaitError> {
+    // A file with a bypass bound: take the lock ahead of a grantee not yet running, if the
+    // bound allows (see `barge`); not with a lease.
+    if first.is_none()
+        && me.lease_ms.is_none()
+        && st.bypass_bound() != 0
+        && let Some(g) = barge(st, p, me, tuning)
+    {
+        return Ok(g);
+    }
     let mut first = first;
     for _ in 0..MAX_RETAKES {
-        let t = match first.take() {
-            Some(t) => t,
+        let (t, arrived) = match first.take() {
+            Some(t) => (t, 0),
             None => match take(st, p, me) {
                 Taken::Fast(g) => return Ok(g),
-                Taken::Queued(t) => t,
+                Taken::Queued(t, arrived) => (t, arrived),
             },
+        };
+        // In a file with a bypass bound the ticket's arrival (barges counted when it was
+        // taken) goes into its slot with the beacon, for barges to count against.
+        let with_arrival;
+        let me = if st.bypass_bound() != 0 {
+            with_arrival = Me {
+                beacon: super::barge::with_arrival(me.beacon, arrived),
+                ..*me
+            };
+            &with_arrival
+        } else {
+            me
         };
         match publish(st, p, t, me, deadline, tuning, &mut watch)? {
             Published::Held(g) => return Ok(g),
@@ -168,7 +191,7 @@ fn take_free<P: Platform>(
     }
     let t = match take(st, p, me) {
         Taken::Fast(g) => return Ok(Some(g)), // not with a lease; for completeness
-        Taken::Queued(t) => t,
+        Taken::Queued(t, _) => t,
     };
     match publish(st, p, t, me, Some(0), tuning, watch)? {
         Published::Held(g) => Ok(Some(g)),
@@ -257,7 +280,7 @@ fn wait_for_grant<P: Platform>(
     // Whether to watch the holder's beacon (until the platform says it cannot).
     let mut beacons = true;
     loop {
-        let w = match claim_granted(st, p, t, me)? {
+        let w = match claim_granted_with(st, p, t, me, tuning)? {
             Claim::Held(g) => {
                 stamp_since(p, slot);
                 return Ok(Some(g));
@@ -319,6 +342,17 @@ fn wait_for_grant<P: Platform>(
             let sleeping = w.with_state(State::Sleeping);
             if w.state() == Some(State::Waiting) && !cas(slot, w, sleeping) {
                 continue; // changed: re-read
+            }
+            if !head && let Holding::Slot { ticket, word } = ahead.what {
+                // A Dekker pair with the nudge of the waiter ahead when it gives up (its word
+                // final, then ours looked at): our word `Sleeping`, then its word looked at
+                // again. One of us sees the other's write (review: the nudge found us still
+                // `Waiting`, and we slept on the beacon of a thread no longer in the queue).
+                crate::primitive::fence(crate::primitive::Ordering::SeqCst);
+                // Relaxed: only decides whether to look again.
+                if st.slot(ticket).word.load(Relaxed) != word.0 {
+                    continue;
+                }
             }
             crate::crash_point!("acquire.parking");
             let now = p.now_ns();
@@ -397,29 +431,54 @@ fn holder_beacon(st: &LockState<'_>, t: u64) -> Option<HolderBeacon> {
     }
     // Acquire: as in `fast::take`.
     let lw = st.lock_word(Acquire);
-    if lw.held() {
-        // The fast holder is just ahead of the queue's first ticket only.
-        // Acquire: after the word.
-        if !lw.queued() || st.header().head.load(Acquire) != t {
-            return None;
-        }
-        let ticket = t.wrapping_sub(1);
-        // Relaxed: the tag decides (a hint with this grant's ticket is this grant's holder's).
-        let hint = st.header().fast_hint.load(Relaxed);
-        if hint >> 24 != ticket.wrapping_add(1) & ((1 << 40) - 1) || hint & 0xF_FFFF == 0 {
-            return None;
-        }
-        let participant = lw.holder();
-        return Some(HolderBeacon {
-            participant,
-            beacon: (hint & 0xF_FFFF) as u32,
-            what: Holding::Fast {
-                ticket,
-                participant,
-            },
-        });
+    if lw.barged() {
+        return None; // a barge publishes no beacon (see `barge`)
     }
-    slot_beacon(st, t.wrapping_sub(1), |s| s == State::Held)
+    // Acquire: after the word.
+    let head = st.header().head.load(Acquire);
+    // The holder is the first ticket before ours that is not final: tickets given up or
+    // skipped between it and us do not count (review: the one behind a waiter that gave up
+    // polled every millisecond for the rest of the hold).
+    let mut u = t.wrapping_sub(1);
+    for _ in 0..st.slot_count() {
+        if lw.held() && lw.queued() && u.wrapping_add(1) == head {
+            return fast_holder_beacon(st, lw, u);
+        }
+        if lw.held() && super::frontier::before(u, head) {
+            return None; // before the fast holder's ticket: not a queue we can read
+        }
+        // Relaxed: only decides where to look; `slot_beacon` re-reads with Acquire.
+        let w = Word(st.slot(u).word.load(Relaxed));
+        if relate(w.lap(), st.lap(u)) != LapRelation::Same
+            || !w.state().is_some_and(State::is_final)
+        {
+            break;
+        }
+        u = u.wrapping_sub(1);
+    }
+    if lw.held() {
+        return None;
+    }
+    slot_beacon(st, u, |s| s == State::Held)
+}
+
+/// The beacon of fast grant `ticket` (the one before `head`), held as word `lw` shows: its
+/// hint, if the hint's tag is that grant's (then it is the holder's own).
+fn fast_holder_beacon(st: &LockState<'_>, lw: LockWord, ticket: u64) -> Option<HolderBeacon> {
+    // Relaxed: the tag decides (a hint with this grant's ticket is this grant's holder's).
+    let hint = st.header().fast_hint.load(Relaxed);
+    if hint >> 24 != ticket.wrapping_add(1) & ((1 << 40) - 1) || hint & 0xF_FFFF == 0 {
+        return None;
+    }
+    let participant = lw.holder();
+    Some(HolderBeacon {
+        participant,
+        beacon: (hint & 0xF_FFFF) as u32,
+        what: Holding::Fast {
+            ticket,
+            participant,
+        },
+    })
 }
 
 /// The beacon ticket `ticket`'s owner thread published, if the ticket is in a state `wanted`
@@ -446,7 +505,8 @@ fn slot_beacon(
     // Relaxed: ordered by the stamp above. (A later ticket of this slot may have written its
     // own beacon since, but only after this ticket ended: then the revocation, a CAS from
     // `word`, finds nothing to revoke.)
-    let beacon = slot.beacon.load(Relaxed);
+    // (The field's high bits record the ticket's arrival in a bounded file: see `barge`.)
+    let beacon = slot.beacon.load(Relaxed) & BEACON_MASK;
     (beacon != 0).then_some(HolderBeacon {
         participant: word.participant(),
         beacon,

@@ -249,7 +249,11 @@ mod tests {
     fn kinds_validate_and_bad_kinds_are_corrupt() {
         use crate::core::layout::RecordKind;
         let g = Geometry::new(8, 4).unwrap();
-        for kind in [RecordKind::RWLOCK, RecordKind::semaphore(3)] {
+        for kind in [
+            RecordKind::RWLOCK,
+            RecordKind::semaphore(3),
+            RecordKind::bounded(5),
+        ] {
             let gk = g.of_kind(kind).unwrap();
             let mut img = initial_image(gk, [1, 2], 0, MAGIC_PENDING);
             img[..8].copy_from_slice(&MAGIC.to_le_bytes());
@@ -257,7 +261,8 @@ mod tests {
                 Verdict::Valid { geometry, .. } => assert_eq!(geometry.kind, kind),
                 v => panic!("{v:?}"),
             }
-            for (code, permits) in [(3u32, 0u32), (2, 0), (2, 5), (1, 2), (0, 1)] {
+            // (An exclusive lock's "permits" are its bypass bound, at most 63.)
+            for (code, permits) in [(3u32, 0u32), (2, 0), (2, 5), (1, 2), (0, 64), (0, 1 << 20)] {
                 let mut bad = img.clone();
                 bad[40..44].copy_from_slice(&code.to_le_bytes());
                 bad[44..48].copy_from_slice(&permits.to_le_bytes());

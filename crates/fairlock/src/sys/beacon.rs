@@ -243,11 +243,18 @@ impl Drop for Attachment {
             // lives, a later wait attaches it again. Not now: detaching unmaps (a TLB
             // shootdown), which would delay the takeover under way; at this thread's next
             // wait or its exit.
-            DEFERRED.with(|d| {
-                if let Some(older) = d.0.replace(Some(i)) {
-                    evict(older);
-                }
-            });
+            // `try_with`: a wait in a thread-local destructor that runs after `DEFERRED`'s
+            // must not panic (that aborts): detach at once there.
+            if DEFERRED
+                .try_with(|d| {
+                    if let Some(older) = d.0.replace(Some(i)) {
+                        evict(older);
+                    }
+                })
+                .is_err()
+            {
+                evict(i);
+            }
         }
     }
 }

@@ -1,0 +1,340 @@
+//! Bounded bypass (`Fairness::Bounded(k)`, files whose exclusive kind carries a bypass bound
+//! `k`): a running thread may take the lock ahead of the queue's first ticket while that
+//! ticket is granted but not yet claimed (its waiter is being woken, or descheduled) — a
+//! *barge* — but no waiter is ever overtaken by more than `k` barges.
+//!
+//! # The count and the bound
+//!
+//! The lock word counts barges (`B`, modulo 2^7, [`super::lock_word`]). A taker's ticket and
+//! the count it was taken at come from one CAS (or `fetch_add`) on that word, so every waiter
+//! knows exactly how many barges came before it; it records that *arrival* count in its
+//! slot's `beacon` field (high bits, before the `stamp` that names its ticket). A barge
+//! against `head` = `h` is allowed only if it would be at most the `k`-th since `h`'s
+//! arrival. Every later waiter arrived at the same count or later (tickets and counts come
+//! from the same word), so it is overtaken at most as often as `h`: at most `k` times in all
+//! while it waits. A barge undone (see below) stays counted, which only makes the bound
+//! stricter.
+//!
+//! # The barge and the claim: a Dekker pair
+//!
+//! The barger sets `H` (with `G`, its entry and `B + 1`) in one CAS on the word from a word
+//! with `Q` set and `H` clear, then reads `h`'s slot: if it still shows the grant, the barge
+//! stands; else (the grantee claimed first, or was skipped) it clears `H` again and queues.
+//! The grantee claims with its CAS `Granted → Held` and then reads the word: if it shows a
+//! barger's `H` it waits until `H` clears. Both CASes and both loads are `SeqCst`, so in the
+//! single total order at least one of the two sees the other's write: never both proceed.
+//! The barger that ends (release, undo, revocation) clears `H` with a `SeqCst` CAS and then
+//! reads `h`'s slot (`SeqCst`): if the grantee claimed meanwhile it may be waiting, and is
+//! woken (a futex wake on the word); if it claims after that read, its own load of the word
+//! comes after the clear. A second Dekker pair, so no wake-up is lost.
+//!
+//! # Tokens
+//!
+//! Tokens must rise in grant order, and a barge comes between the grant of ticket `h − 1`
+//! (token `h · 64` in a bounded file) and that of `h` (`(h + 1) · 64`): the `j`-th barge
+//! ahead of `h` gets `h · 64 + j`, `1 ≤ j ≤ k ≤ 63`. See [`LockState::token`].
+//!
+//! # Failures
+//!
+//! A barger is a fast holder (`H`, its entry in `holder`): a dead one is revoked like one
+//! ([`end_barge`] with the news), the news going into `D`, which the grantee (after `H`
+//! cleared) or the next barger consumes. A grantee that dies while it waits for a barger is a
+//! dead `Held` ticket: revoked as usual once the barger is gone (walks grant nothing while `H`
+//! is set; the barger's end walks on). Barges publish no thread beacon: a waiter behind a
+//! barger polls its process's liveness, as behind a `FairMutex` holder.
+
+use super::advance::advance;
+use super::layout::LockState;
+use super::lock_word::{BARGES_MOD, LockWord};
+use super::platform::{Liveness, Platform, Tuning};
+use super::word::{LapRelation, State, Word, relate};
+use super::{Grant, Me};
+use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
+use crate::primitive::spin_step;
+
+/// The thread beacon's bits in a slot's `beacon` field (1 + index; at most 1,024 beacons).
+pub const BEACON_MASK: u32 = 0xFFF;
+const ARRIVAL_SHIFT: u32 = 24;
+/// Set when the field records its ticket's arrival count (bounded files).
+const ARRIVAL_SET: u32 = 1 << 31;
+
+/// The `beacon` field of a waiter with thread beacon `beacon` whose ticket was taken when the
+/// lock word counted `barges` barges.
+#[inline]
+pub fn with_arrival(beacon: u32, barges: u32) -> u32 {
+    (beacon & BEACON_MASK) | ((barges % BARGES_MOD) << ARRIVAL_SHIFT) | ARRIVAL_SET
+}
+
+/// The arrival count a `beacon` field records, if any.
+#[inline]
+pub fn arrival(field: u32) -> Option<u32> {
+    (field & ARRIVAL_SET != 0).then_some((field >> ARRIVAL_SHIFT) % BARGES_MOD)
+}
+
+/// Barges counted between `then` and `now` (both modulo 2^7; the difference never exceeds
+/// the bound, at most 63, while a waiter it concerns waits).
+#[inline]
+pub fn since(now: u32, then: u32) -> u32 {
+    now.wrapping_sub(then) % BARGES_MOD
+}
+
+/// What one barge attempt came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Barge {
+    /// We hold the lock ahead of `head`'s grant.
+    Took(Grant),
+    /// Someone holds the lock: the head's grant may come (and a barge be possible) soon.
+    Busy,
+    /// No barge now: nobody queues (take the lock the usual way), the head is not granted or
+    /// already claimed, its waiter was overtaken `k` times, or we lost a race.
+    No,
+}
+
+/// Takes the lock ahead of the queue if the file has a bypass bound and the bound allows it,
+/// spinning for at most `tuning.spin_ns` while a holder holds (its release grants the head,
+/// and then a barge may be possible). `None`: queue as usual.
+pub fn barge<P: Platform>(st: &LockState<'_>, p: &P, me: &Me, tuning: &Tuning) -> Option<Grant> {
+    let mut until = None;
+    let mut i: u32 = 0;
+    loop {
+        match try_barge(st, p, me) {
+            Barge::Took(g) => return Some(g),
+            Barge::No => return None,
+            Barge::Busy => {
+                if i.is_multiple_of(16) {
+                    let now = p.now_ns();
+                    if now >= *until.get_or_insert(now.saturating_add(tuning.spin_ns)) {
+                        return None;
+                    }
+                }
+                i = i.wrapping_add(1);
+                spin_step();
+            }
+        }
+    }
+}
+
+/// One barge attempt (see the module notes): [`look`], then [`commit`].
+pub fn try_barge<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Barge {
+    match look(st) {
+        Ok(seen) => commit(st, p, me, seen),
+        Err(b) => b,
+    }
+}
+
+/// What a barger saw that allows a barge: the word, the head's ticket, its `Granted` word,
+/// and the number this barge would have against it.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen {
+    w: LockWord,
+    h: u64,
+    sw: Word,
+    j: u32,
+}
+
+/// Whether a barge is possible now, and what it is against. `Err`: [`Barge::Busy`] or
+/// [`Barge::No`].
+pub fn look(st: &LockState<'_>) -> Result<Seen, Barge> {
+    let k = st.bypass_bound();
+    // Acquire: pairs with the Release (or stronger) CAS that freed the word.
+    let w = st.lock_word(Acquire);
+    if k == 0 || !w.queued() {
+        return Err(Barge::No);
+    }
+    if w.held() {
+        return Err(Barge::Busy);
+    }
+    // Acquire: after the word; while `Q` is set and no fast holder holds, `head` is the
+    // first unfinished ticket or before it.
+    let h = st.header().head.load(Acquire);
+    let slot = st.slot(h);
+    // Acquire: pairs with the grant CAS (in the release sequence of the waiter's publication).
+    let sw = Word(slot.word.load(Acquire));
+    if relate(sw.lap(), st.lap(h)) != LapRelation::Same {
+        return Err(Barge::No);
+    }
+    match sw.state() {
+        // Not ahead of a leased grant: its lease is already running.
+        Some(State::Granted) if !sw.leased() => {}
+        Some(State::Held) => return Err(Barge::Busy),
+        _ => return Err(Barge::No),
+    }
+    // Acquire: pairs with `stamp_owner`'s Release store, made after the `beacon` field.
+    if slot.stamp.load(Acquire) != h.wrapping_add(1) {
+        return Err(Barge::No);
+    }
+    // Relaxed: ordered by the stamp above (the field of ticket `h`'s owner).
+    let Some(arrived) = arrival(slot.beacon.load(Relaxed)) else {
+        return Err(Barge::No);
+    };
+    let j = since(w.barges().wrapping_add(1), arrived);
+    if j == 0 || j > k {
+        return Err(Barge::No);
+    }
+    Ok(Seen { w, h, sw, j })
+}
+
+/// The barge `seen` allows: one `SeqCst` CAS on the word from exactly what was seen, then the
+/// look at the head's slot that decides whether it stands.
+pub fn commit<P: Platform>(st: &LockState<'_>, p: &P, me: &Me, seen: Seen) -> Barge {
+    let Seen { w, h, sw, j } = seen;
+    let ours = w.barged_by(me.participant);
+    // SeqCst: the barger's half of the Dekker pair with the grantee's claim (module notes).
+    if st
+        .header()
+        .word
+        .compare_exchange(w.0, ours.0, SeqCst, Relaxed)
+        .is_err()
+    {
+        return Barge::Busy; // the word moved: look again
+    }
+    crate::crash_point!("barge.taken");
+    // SeqCst: after our CAS in the total order; see the module notes.
+    if Word(st.slot(h).word.load(SeqCst)) == sw {
+        // Still granted and unclaimed: its claimer will see our `H` and wait.
+        return Barge::Took(Grant {
+            ticket: h.wrapping_sub(1),
+            died: w.died(),
+            leased: false,
+            fast: true,
+            bypass: j as u8,
+            overtaken: 0,
+        });
+    }
+    // The grantee claimed first (or was skipped, or even released meanwhile: `head` may have
+    // moved on before our CAS, the word unchanged): give the lock back, with the news we
+    // took. The barge is ours by entry and count (nobody else changes the count while we
+    // hold).
+    undo(st, p, ours, w.died());
+    Barge::No
+}
+
+/// Undoes barge `ours` (the word our CAS wrote, as far as holder and count go): clears `H`
+/// with `D = died`, then wakes and walks as [`end_barge`] does. Not by `head`: a walk may have
+/// moved it on between our look and our CAS (identifying the barge by `head` left it held
+/// for ever: found by `tests/bounded.rs`).
+fn undo<P: Platform>(st: &LockState<'_>, p: &P, ours: LockWord, died: bool) {
+    loop {
+        // Acquire: as in `end_barge`.
+        let w = st.lock_word(Acquire);
+        if !w.held() || !w.barged() || w.holder() != ours.holder() || w.barges() != ours.barges() {
+            return; // not possible while we live; a corrupt file
+        }
+        // SeqCst: as in `end_barge`.
+        if st
+            .header()
+            .word
+            .compare_exchange(w.0, w.unheld().with_died(died).0, SeqCst, Relaxed)
+            .is_ok()
+        {
+            break;
+        }
+    }
+    crate::crash_point!("barge.undone");
+    wake_and_walk(st, p);
+}
+
+/// Ends the barge of entry `participant` ahead of ticket `head`'s grant, if the word still
+/// shows it: a release (`died` false), an undone barge (`died`: the news it consumed), or a
+/// revocation (`died`: its holder died). Clears `H` with `D = died` (one `SeqCst` CAS), wakes
+/// the grantee if it claimed meanwhile, and walks on from `head` (the grantee may have died
+/// while it waited). True if this call ended it.
+pub fn end_barge<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    participant: u32,
+    head: u64,
+    died: bool,
+) -> bool {
+    loop {
+        // Acquire: a revoker's view of the word; the CAS below decides.
+        let w = st.lock_word(Acquire);
+        if !w.held() || !w.barged() || w.holder() != participant {
+            return false;
+        }
+        // Acquire: after the word. While a barge holds, walks stop at its `H`: `head` stays
+        // at the ticket it barged ahead of.
+        if st.header().head.load(Acquire) != head {
+            return false;
+        }
+        // SeqCst: the first half of the barger's end of the second Dekker pair (module
+        // notes); also a release of the barge's critical section.
+        if st
+            .header()
+            .word
+            .compare_exchange(w.0, w.unheld().with_died(died).0, SeqCst, Relaxed)
+            .is_ok()
+        {
+            break;
+        }
+    }
+    crate::crash_point!("barge.ended");
+    wake_and_walk(st, p);
+    true
+}
+
+/// After `H` of a barge was cleared (a `SeqCst` CAS): wakes the grantee if it claimed
+/// meanwhile (it may be waiting for `H`), and walks on from `head` (the grantee may have died
+/// while it waited). `head` is still the grant the barge was ahead of if its grantee waits:
+/// nothing passes a claimed ticket but its release.
+fn wake_and_walk<P: Platform>(st: &LockState<'_>, p: &P) {
+    // SeqCst: after our CAS; with the slot word below, the barger's half of the second
+    // Dekker pair (the grantee's: its SeqCst claim, then its SeqCst load of the word).
+    let head = st.header().head.load(SeqCst);
+    let slot = st.slot(head);
+    // SeqCst: see above.
+    let sw = Word(slot.word.load(SeqCst));
+    if relate(sw.lap(), st.lap(head)) == LapRelation::Same && sw.state() == Some(State::Held) {
+        p.wake(&st.header().word);
+    }
+    advance(st, p, head, false);
+}
+
+/// After the claim of ticket `t` in a bounded file (a `SeqCst` CAS `Granted → Held`): waits
+/// while a barger holds the lock, revoking it if its process dies, then takes a dead barger's
+/// news from `D`. Returns the news and how many barges overtook us (our arrival count is in
+/// `me.beacon`, see [`with_arrival`]).
+pub fn after_claim<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    t: u64,
+    me: &Me,
+    tuning: &Tuning,
+) -> (bool, u8) {
+    let mut spin_until: Option<u64> = None;
+    let mut poll = tuning.head_poll_min_ns;
+    let mut waited = false;
+    loop {
+        // SeqCst: the grantee's half of the Dekker pair (module notes); also an acquire of
+        // the barge's critical section once `H` is clear.
+        let w = st.lock_word(SeqCst);
+        if w.held() && w.barged() {
+            let now = p.now_ns();
+            if now < *spin_until.get_or_insert(now.saturating_add(tuning.spin_ns)) {
+                // A barge is one critical section: spin first.
+                spin_step();
+                continue;
+            }
+            if waited && p.liveness(w.holder()) == Liveness::Dead {
+                end_barge(st, p, w.holder(), t, true);
+                continue;
+            }
+            waited = true;
+            poll = poll.saturating_mul(2).min(tuning.head_poll_ns);
+            p.wait(
+                &st.header().word,
+                w.0 as u32,
+                Some(now.saturating_add(poll)),
+            );
+            continue;
+        }
+        if w.died() && w.queued() {
+            // A dead barger's news: ours, unless another taker's CAS moved the word.
+            if !super::fast::cas_word(st, w, w.with_died(false)) {
+                continue;
+            }
+        }
+        let overtaken = arrival(me.beacon).map_or(0, |a| since(w.barges(), a));
+        return (w.died() && w.queued(), overtaken as u8);
+    }
+}

@@ -1,0 +1,192 @@
+//! `Fairness::Bounded(k)` (issue 15) from the outside: threads and processes oversubscribing
+//! two CPUs on a lock with a bypass bound must keep mutual exclusion, tokens that rise in
+//! grant order, and never see a waiter overtaken more than `k` times — while barges do happen.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Gate, TempDir, Worker, role, wait_all};
+use fairlock::{Error, FairLock, FairMutex, Fairness};
+
+const K: u32 = 4;
+
+/// A few hundred nanoseconds of work inside the lock.
+fn dawdle() {
+    for _ in 0..64 {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn eight_threads_on_a_bounded_lock_keep_exclusion_token_order_and_the_bound() {
+    let dir = TempDir::new("bounded-threads");
+    let lock = Arc::new(
+        FairLock::options()
+            .fairness(Fairness::Bounded(K))
+            .open(dir.join("lock"))
+            .unwrap(),
+    );
+    let inside = Arc::new(AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let worst = Arc::new(AtomicU32::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (lock, inside, log, worst) =
+                (lock.clone(), inside.clone(), log.clone(), worst.clone());
+            std::thread::spawn(move || {
+                for _ in 0..4_000 {
+                    let g = lock.lock().unwrap();
+                    assert!(!inside.swap(true, SeqCst), "two holders");
+                    log.lock().unwrap().push(g.token());
+                    worst.fetch_max(g.overtaken(), SeqCst);
+                    dawdle();
+                    inside.store(false, SeqCst);
+                    drop(g);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 32_000);
+    let out_of_order = log.windows(2).filter(|w| w[0] >= w[1]).count();
+    assert_eq!(out_of_order, 0, "tokens must rise in grant order");
+    let barges = log.iter().filter(|&&t| t % 64 != 0).count();
+    let worst = worst.load(SeqCst);
+    eprintln!("{barges} barges of {}, worst overtaken {worst}", log.len());
+    assert!(
+        worst <= K,
+        "a waiter was overtaken {worst} times, bound {K}"
+    );
+    // Every barge's number is within the bound too.
+    assert!(log.iter().all(|&t| t % 64 <= u64::from(K)));
+    assert!(
+        barges > 0,
+        "8 threads on 2 CPUs: running threads should barge"
+    );
+}
+
+const PROCS: usize = 3;
+const THREADS: usize = 2;
+const ITERS: u64 = 3_000;
+
+/// The value a `FairMutex` keeps in the lock file: the last token seen, grants counted, the
+/// most overtaken waiter.
+type Books = [u64; 3];
+
+#[test]
+fn processes_on_a_bounded_mutex_keep_token_order_and_the_bound() {
+    let open = |path: &str| {
+        FairMutex::<Books>::options()
+            .fairness(Fairness::Bounded(K))
+            .open_mutex::<Books>(path)
+    };
+    if role().is_some() {
+        let path = common::env("FL_LOCK");
+        let m = Arc::new(open(&path).expect("worker open"));
+        let gate = Arc::new(Gate::open(common::env("FL_GATE").as_ref()));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (m, gate) = (m.clone(), gate.clone());
+                std::thread::spawn(move || {
+                    gate.arrive_and_wait();
+                    for _ in 0..ITERS {
+                        let mut g = m.lock().expect("lock");
+                        let token = g.token();
+                        assert!(token > g[0], "token {token} after {}", g[0]);
+                        g[0] = token;
+                        g[1] += 1;
+                        g[2] = g[2].max(u64::from(g.overtaken()));
+                        dawdle();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("worker thread panicked");
+        }
+        return;
+    }
+    let dir = TempDir::new("bounded-procs");
+    let path = dir.join("lock").display().to_string();
+    let parent = open(&path).expect("open");
+    let gate_path = dir.join("gate");
+    let gate = Gate::create(&gate_path);
+    let env = [
+        ("FL_LOCK", path.clone()),
+        ("FL_GATE", gate_path.display().to_string()),
+    ];
+    let mut workers: Vec<Worker> = (0..PROCS)
+        .map(|i| {
+            Worker::spawn(
+                dir.path(),
+                "processes_on_a_bounded_mutex_keep_token_order_and_the_bound",
+                "worker",
+                &format!("w{i}"),
+                &env,
+            )
+        })
+        .collect();
+    gate.open_when_arrived((PROCS * THREADS) as u64, &mut workers);
+    wait_all(&mut workers, Duration::from_secs(120));
+    let g = parent.lock().unwrap();
+    assert_eq!(g[1], PROCS as u64 * THREADS as u64 * ITERS, "lost updates");
+    assert!(g[2] <= u64::from(K), "overtaken {} times, bound {K}", g[2]);
+    assert!(g.token() > g[0]);
+}
+
+#[test]
+fn fairness_is_the_files_and_checked() {
+    let dir = TempDir::new("bounded-options");
+    let path = dir.join("lock");
+    let lock = FairLock::options()
+        .fairness(Fairness::Bounded(7))
+        .open(&path)
+        .unwrap();
+    // Another fairness is another lock: refused, naming both.
+    match FairLock::open(&path) {
+        Err(Error::KindMismatch { found, wanted, .. }) => {
+            assert!(found.contains("bounded to 7"), "{found}");
+            assert_eq!(wanted, "exclusive lock");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        FairLock::options()
+            .fairness(Fairness::Bounded(8))
+            .open(&path),
+        Err(Error::KindMismatch { .. })
+    ));
+    let again = FairLock::options()
+        .fairness(Fairness::Bounded(7))
+        .open(&path)
+        .unwrap();
+    // Uncontended: the fast path, token (ticket + 1) · 64.
+    let a = lock.lock().unwrap();
+    assert_eq!((a.token() % 64, a.overtaken()), (0, 0));
+    drop(a);
+    let b = again.lock().unwrap();
+    assert_eq!(b.token(), 2 * 64);
+    drop(b);
+    for bad in [0u32, 64, 1000] {
+        match FairLock::options()
+            .fairness(Fairness::Bounded(bad))
+            .open(dir.join("other"))
+        {
+            Err(Error::InvalidOption { what }) => assert!(what.contains("1..=63"), "{what}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    match FairLock::options()
+        .fairness(Fairness::Bounded(3))
+        .open_rwlock(dir.join("rw"))
+    {
+        Err(Error::InvalidOption { what }) => assert!(what.contains("exclusive"), "{what}"),
+        other => panic!("{other:?}"),
+    }
+}
