@@ -64,15 +64,22 @@ fn fresh(path: &Path) {
 /// `fairlock::FairLock` with its default spin (50 µs).
 pub struct Fair(Arc<fairlock::FairLock>);
 
-/// The bypass bound of [`FairBounded`].
-pub const BOUND: u32 = 63;
+/// The bypass bound of [`FairBounded`]: 511 (the largest), or `LOCKBENCH_BOUND` if set (to
+/// measure how throughput grows with the bound).
+pub fn bound() -> u32 {
+    std::env::var("LOCKBENCH_BOUND")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(511)
+}
 
-/// `fairlock::FairLock` with `Fairness::Bounded(BOUND)`: running threads may barge ahead of a
-/// granted waiter that is not yet running, at most `BOUND` times per waiter.
+/// `fairlock::FairLock` with `Fairness::Bounded(bound())`: running threads may barge ahead of
+/// a granted waiter that is not yet running, but no waiter is overtaken more than `bound()`
+/// times.
 pub struct FairBounded(Arc<fairlock::FairLock>);
 
 impl Competitor for FairBounded {
-    const NAME: &'static str = "fairlock bounded(63)";
+    const NAME: &'static str = "fairlock bounded";
     const PROCESSES: bool = true;
     fn create(path: &Path) -> Self {
         fresh(path);
@@ -80,7 +87,7 @@ impl Competitor for FairBounded {
     }
     fn attach(path: &Path) -> Self {
         let l = fairlock::FairLock::options()
-            .fairness(fairlock::Fairness::Bounded(BOUND))
+            .fairness(fairlock::Fairness::Bounded(bound()))
             .open(path)
             .expect("fairlock open");
         FairBounded(Arc::new(l))

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relea
 use std::time::Duration;
 
 use competitors::{
-    BOUND, Competitor, Fair, FairBounded, FairParked, FairR, Flock, Ofd, PlMutex, Pthread, StdMutex,
+    Competitor, Fair, FairBounded, FairParked, FairR, Flock, Ofd, PlMutex, Pthread, StdMutex,
 };
 use util::{Shm, busy_until, median, now_ns, ns, quantile, rate, ratio_table, table, wait_for};
 
@@ -492,7 +492,7 @@ struct Metrics {
     out_of_order: u64,
     token_violations: Option<u64>,
     streak: u64,
-    /// Grants whose token is a barge's (a bounded fairlock: not a multiple of 64).
+    /// Grants whose token is a barge's (a bounded fairlock: not a multiple of 512).
     barges: u64,
     /// The most any grant's waiter was overtaken.
     worst_overtaken: u64,
@@ -539,7 +539,7 @@ impl Metrics {
                 continue;
             }
             counts[w] += 1;
-            if has_tokens && tok % 64 != 0 {
+            if has_tokens && tok % 512 != 0 {
                 m.barges += 1;
             }
             m.waits.push(acq - arr);
@@ -711,9 +711,10 @@ fn contended(ctx: &Ctx) {
             let worst = ms.iter().map(|m| m.worst_overtaken).max().unwrap_or(0);
             println!(
                 "{}: {barges} of {grants} grants were barges ({:.1} %); the most any waiter \
-                 was overtaken: **{worst}** (bound {BOUND}).\n",
+                 was overtaken: **{worst}** (bound {}).\n",
                 Kind::FairBounded.name(),
-                100.0 * barges as f64 / (grants as f64).max(1.0)
+                100.0 * barges as f64 / (grants as f64).max(1.0),
+                competitors::bound()
             );
         }
         let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();

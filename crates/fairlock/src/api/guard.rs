@@ -34,15 +34,21 @@ pub struct LockGuard<'a> {
     lease_ms: Option<NonZeroU64>,
     /// The thread that made this guard (and, as the guard is not `Send`, drops it).
     tid: u32,
-    died: bool,
-    /// Granted by the lock word (released by a CAS on it, not through a slot).
-    fast: bool,
-    /// A barge's bypass count (the low bits of its token), in a file with a bypass bound.
-    bypass: u8,
-    /// How many barges overtook this grant's ticket while it waited (bounded files).
-    overtaken: u8,
+    /// [`DIED`], [`FAST`] (granted by the lock word: released by a CAS on it, not through a
+    /// slot) and, in a file with a bypass bound, a barge's count (its identity) and bypass
+    /// number (the low bits of its token), or, for a queued grant, how often it was overtaken.
+    bits: u32,
     _not_send: PhantomData<*const ()>,
 }
+
+/// `LockGuard::bits`: the previous holder did not release.
+const DIED: u32 = 1;
+/// `LockGuard::bits`: a fast grant (or a barge).
+const FAST: u32 = 2;
+/// `LockGuard::bits`: a barge's count (10 bits) ...
+const COUNT_SHIFT: u32 = 2;
+/// ... and its bypass number, or a queued grant's overtaken count (9 bits each at most).
+const BARGES_SHIFT: u32 = 12;
 
 // See the comment on the fields: the uncontended path depends on this size.
 #[cfg(target_pointer_width = "64")]
@@ -56,10 +62,14 @@ impl<'a> LockGuard<'a> {
             ticket: grant.ticket,
             lease_ms: lease_ms.and_then(NonZeroU64::new),
             tid,
-            died: grant.died,
-            fast: grant.fast,
-            bypass: grant.bypass,
-            overtaken: grant.overtaken,
+            bits: u32::from(grant.died)
+                | if grant.fast { FAST } else { 0 }
+                | (u32::from(grant.count & 0x3FF) << COUNT_SHIFT)
+                | (u32::from(if grant.fast {
+                    grant.bypass
+                } else {
+                    grant.overtaken
+                }) << BARGES_SHIFT),
             _not_send: PhantomData,
         }
     }
@@ -73,11 +83,30 @@ impl<'a> LockGuard<'a> {
     /// The grant this guard stands for.
     #[inline]
     fn grant(&self) -> Grant {
+        let barges = (self.bits >> BARGES_SHIFT) as u16;
         Grant {
-            bypass: self.bypass,
-            overtaken: self.overtaken,
-            ..Grant::of(self.ticket, self.died, self.lease_ms.is_some(), self.fast)
+            bypass: if self.fast() { barges } else { 0 },
+            overtaken: if self.fast() { 0 } else { barges },
+            count: ((self.bits >> COUNT_SHIFT) & 0x3FF) as u16,
+            ..Grant::of(
+                self.ticket,
+                self.died(),
+                self.lease_ms.is_some(),
+                self.fast(),
+            )
         }
+    }
+
+    /// Granted by the lock word (a fast grant or a barge).
+    #[inline]
+    fn fast(&self) -> bool {
+        self.bits & FAST != 0
+    }
+
+    /// The previous holder did not release.
+    #[inline]
+    fn died(&self) -> bool {
+        self.bits & DIED != 0
     }
 
     /// The fencing token of this grant: it strictly increases with every grant of the lock
@@ -86,10 +115,11 @@ impl<'a> LockGuard<'a> {
     /// paused past its lease from writing after it lost the lock.
     ///
     /// In a file opened with [`Fairness::Bounded`](crate::Fairness::Bounded) tokens are
-    /// `(ticket + 1) · 64 + j`, where `j` (1 to the bound) numbers the barges that took the lock
+    /// `(ticket + 1) · 512 + j`, where `j` (1 to the bound) numbers the barges that took the lock
     /// ahead of the queue's next grant, and is 0 for grants in queue order.
     pub fn token(&self) -> u64 {
-        crate::core::layout::token_of(self.shared.bypass_bound(), self.ticket, self.bypass)
+        let g = self.grant();
+        crate::core::layout::token_of(self.shared.bypass_bound(), g.ticket, g.bypass)
     }
 
     /// In a file opened with [`Fairness::Bounded`](crate::Fairness::Bounded): how many times
@@ -97,7 +127,7 @@ impl<'a> LockGuard<'a> {
     /// (never more than the bound; barges that were undone are counted too). 0 for a grant
     /// that did not wait in the queue, and in a strict file.
     pub fn overtaken(&self) -> u32 {
-        u32::from(self.overtaken)
+        u32::from(self.grant().overtaken)
     }
 
     /// True if the previous holder did not release the lock. The name mirrors a robust
@@ -112,7 +142,7 @@ impl<'a> LockGuard<'a> {
     ///
     /// Either way, the data the lock protects may be half-written: check it.
     pub fn owner_died(&self) -> bool {
-        self.died
+        self.died()
     }
 
     /// `Ok` while the lock is still ours.
@@ -173,7 +203,7 @@ impl<'a> LockGuard<'a> {
         // Only while the grant is ours: a lost grant's slot may belong to a later ticket.
         if self.check().is_ok() {
             let st = self.shared.state();
-            if self.fast {
+            if self.fast() {
                 core::claim::stamp_fast(&st, &self.shared.platform(), self.ticket, self.tid);
             } else {
                 core::claim::stamp_holder(&st, &self.shared.platform(), self.ticket, self.tid);
@@ -224,7 +254,7 @@ impl<'a> LockGuard<'a> {
         if self.lease_ms.is_some() {
             return self.release_leased();
         }
-        match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant, self.fast) {
+        match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant, self.fast()) {
             Some(true) => Ok(()),
             outcome => self.finish_unleased(outcome),
         }
@@ -294,8 +324,9 @@ impl<'a> LockGuard<'a> {
             &sh.platform(),
             self.ticket,
             sh.participant,
-            self.fast,
+            self.fast(),
             outcome,
+            core::holder::barge_of(&self.grant()),
         )
         .map_err(|_| self.lost())
     }

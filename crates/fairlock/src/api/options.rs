@@ -28,7 +28,7 @@ pub enum Fairness {
     /// A running thread that calls `lock` while the queue's next waiter has been granted the
     /// lock but has not yet taken it (it is being woken, or is not on a CPU) may take the lock
     /// ahead of it — a *barge* — but no waiter is ever overtaken more than `k` times while it
-    /// waits (`1 ≤ k ≤ 63`; a hard bound, counted in the lock file, not a timer). Under
+    /// waits (`1 ≤ k ≤ 511`; a hard bound, counted in the lock file, not a timer). Under
     /// oversubscription (more threads than CPUs) this keeps the lock with running threads
     /// instead of paying a wake-up per grant. Barges carry tokens between two queued grants'
     /// ([`LockGuard::token`](crate::LockGuard::token)), and each grant tells how often its

@@ -79,9 +79,12 @@ pub(crate) struct Hold {
 pub(crate) const KEPT_ON_EXIT: u64 = 1 << 63;
 /// The bit of `Hold::grant_meta` marking a grant the lock word made (see `core::fast`).
 const FAST_GRANT: u64 = 1 << 62;
-/// A barge's bypass count (6 bits; leases take at most 42 bits below).
-const BYPASS_SHIFT: u32 = 48;
-const BYPASS_BITS: u64 = 0x3F << BYPASS_SHIFT;
+/// A barge's bypass number (9 bits; leases take bits 1..=42 below) ...
+const BYPASS_SHIFT: u32 = 43;
+const BYPASS_BITS: u64 = 0x1FF << BYPASS_SHIFT;
+/// ... and its count (its identity while it holds, 10 bits).
+const COUNT_SHIFT: u32 = 52;
+const COUNT_BITS: u64 = 0x3FF << COUNT_SHIFT;
 
 impl Hold {
     /// The `grant_meta` word of a grant (`kept_on_exit`: [`KEPT_ON_EXIT`]).
@@ -91,15 +94,17 @@ impl Hold {
             | u64::from(g.died)
             | if g.fast { FAST_GRANT } else { 0 }
             | (u64::from(g.bypass) << BYPASS_SHIFT) & BYPASS_BITS
+            | (u64::from(g.count) << COUNT_SHIFT) & COUNT_BITS
             | kept_on_exit
     }
 
     /// The held grant of ticket `ticket` and its lease in ms, from `grant_meta`.
     pub(crate) fn grant_of(meta: u64, ticket: u64) -> (core::Grant, Option<u64>) {
-        let lease = (meta & !(KEPT_ON_EXIT | FAST_GRANT | BYPASS_BITS)) >> 1;
+        let lease = (meta & !(KEPT_ON_EXIT | FAST_GRANT | BYPASS_BITS | COUNT_BITS)) >> 1;
         let lease_ms = Some(lease).filter(|&ms| ms != 0);
         let g = core::Grant {
-            bypass: ((meta & BYPASS_BITS) >> BYPASS_SHIFT) as u8,
+            bypass: ((meta & BYPASS_BITS) >> BYPASS_SHIFT) as u16,
+            count: ((meta & COUNT_BITS) >> COUNT_SHIFT) as u16,
             ..core::Grant::of(
                 ticket,
                 meta & 1 != 0,

@@ -5,7 +5,7 @@
 //!
 //! # The count and the bound
 //!
-//! The lock word counts barges (`B`, modulo 2^7, [`super::lock_word`]). A taker's ticket and
+//! The lock word counts barges (`B`, modulo 2^10, [`super::lock_word`]). A taker's ticket and
 //! the count it was taken at come from one CAS (or `fetch_add`) on that word, so every waiter
 //! knows exactly how many barges came before it; it records that *arrival* count in its
 //! slot's `beacon` field (high bits, before the `stamp` that names its ticket). A barge
@@ -31,8 +31,8 @@
 //! # Tokens
 //!
 //! Tokens must rise in grant order, and a barge comes between the grant of ticket `h − 1`
-//! (token `h · 64` in a bounded file) and that of `h` (`(h + 1) · 64`): the `j`-th barge
-//! ahead of `h` gets `h · 64 + j`, `1 ≤ j ≤ k ≤ 63`. See [`LockState::token`].
+//! (token `h · 512` in a bounded file) and that of `h` (`(h + 1) · 512`): the `j`-th barge
+//! ahead of `h` gets `h · 512 + j`, `1 ≤ j ≤ k ≤ 511`. See [`LockState::token`].
 //!
 //! # Failures
 //!
@@ -54,7 +54,7 @@ use crate::primitive::spin_step;
 
 /// The thread beacon's bits in a slot's `beacon` field (1 + index; at most 1,024 beacons).
 pub const BEACON_MASK: u32 = 0xFFF;
-const ARRIVAL_SHIFT: u32 = 24;
+const ARRIVAL_SHIFT: u32 = 12;
 /// Set when the field records its ticket's arrival count (bounded files).
 const ARRIVAL_SET: u32 = 1 << 31;
 
@@ -71,8 +71,8 @@ pub fn arrival(field: u32) -> Option<u32> {
     (field & ARRIVAL_SET != 0).then_some((field >> ARRIVAL_SHIFT) % BARGES_MOD)
 }
 
-/// Barges counted between `then` and `now` (both modulo 2^7; the difference never exceeds
-/// the bound, at most 63, while a waiter it concerns waits).
+/// Barges counted between `then` and `now` (both modulo 2^10; the difference never exceeds
+/// the bound, at most 511, while a waiter it concerns waits).
 #[inline]
 pub fn since(now: u32, then: u32) -> u32 {
     now.wrapping_sub(then) % BARGES_MOD
@@ -197,64 +197,41 @@ pub fn commit<P: Platform>(st: &LockState<'_>, p: &P, me: &Me, seen: Seen) -> Ba
             died: w.died(),
             leased: false,
             fast: true,
-            bypass: j as u8,
+            bypass: j as u16,
             overtaken: 0,
+            count: ours.barges() as u16,
         });
     }
     // The grantee claimed first (or was skipped, or even released meanwhile: `head` may have
-    // moved on before our CAS, the word unchanged): give the lock back, with the news we
-    // took. The barge is ours by entry and count (nobody else changes the count while we
-    // hold).
-    undo(st, p, ours, w.died());
+    // moved on before our CAS, the word unchanged — identifying the barge by `head` left it
+    // held for ever: found by `tests/bounded.rs`): give the lock back, with the news we took.
+    end_barge(st, p, me.participant, ours.barges() as u16, w.died());
     Barge::No
 }
 
-/// Undoes barge `ours` (the word our CAS wrote, as far as holder and count go): clears `H`
-/// with `D = died`, then wakes and walks as [`end_barge`] does. Not by `head`: a walk may have
-/// moved it on between our look and our CAS (identifying the barge by `head` left it held
-/// for ever: found by `tests/bounded.rs`).
-fn undo<P: Platform>(st: &LockState<'_>, p: &P, ours: LockWord, died: bool) {
-    loop {
-        // Acquire: as in `end_barge`.
-        let w = st.lock_word(Acquire);
-        if !w.held() || !w.barged() || w.holder() != ours.holder() || w.barges() != ours.barges() {
-            return; // not possible while we live; a corrupt file
-        }
-        // SeqCst: as in `end_barge`.
-        if st
-            .header()
-            .word
-            .compare_exchange(w.0, w.unheld().with_died(died).0, SeqCst, Relaxed)
-            .is_ok()
-        {
-            break;
-        }
-    }
-    crate::crash_point!("barge.undone");
-    wake_and_walk(st, p);
-}
-
-/// Ends the barge of entry `participant` ahead of ticket `head`'s grant, if the word still
-/// shows it: a release (`died` false), an undone barge (`died`: the news it consumed), or a
-/// revocation (`died`: its holder died). Clears `H` with `D = died` (one `SeqCst` CAS), wakes
-/// the grantee if it claimed meanwhile, and walks on from `head` (the grantee may have died
-/// while it waited). True if this call ended it.
+/// Ends the barge of entry `participant` whose CAS set the lock word's barge count to `count`,
+/// if the word still shows it: a release (`died` false), an undone barge (`died`: the news it
+/// consumed), or a revocation (`died`: its holder died). Clears `H` with `D = died` (one
+/// `SeqCst` CAS), wakes a grantee that claimed meanwhile, and walks on from `head` (the
+/// grantee may have died while it waited). True if this call ended it.
+///
+/// A barge is identified by its entry and the count (nobody changes the count while a barge
+/// holds) — not by `head`, which a walk that started before the barge may raise past a
+/// skipped grantee meanwhile (the live barger's release then failed and left `H` set for
+/// ever), and not by the ticket before `head`, which a fast grant of the same entry had
+/// (a waiter woken by that grant's dead thread revoked a sibling thread's live barge: two
+/// holders). Both review findings.
 pub fn end_barge<P: Platform>(
     st: &LockState<'_>,
     p: &P,
     participant: u32,
-    head: u64,
+    count: u16,
     died: bool,
 ) -> bool {
     loop {
         // Acquire: a revoker's view of the word; the CAS below decides.
         let w = st.lock_word(Acquire);
-        if !w.held() || !w.barged() || w.holder() != participant {
-            return false;
-        }
-        // Acquire: after the word. While a barge holds, walks stop at its `H`: `head` stays
-        // at the ticket it barged ahead of.
-        if st.header().head.load(Acquire) != head {
+        if !is_barge(w, participant, count) {
             return false;
         }
         // SeqCst: the first half of the barger's end of the second Dekker pair (module
@@ -271,6 +248,18 @@ pub fn end_barge<P: Platform>(
     crate::crash_point!("barge.ended");
     wake_and_walk(st, p);
     true
+}
+
+/// Whether word `w` shows the barge of entry `participant` with barge count `count`.
+#[inline]
+pub fn is_barge(w: LockWord, participant: u32, count: u16) -> bool {
+    w.held() && w.barged() && w.holder() == participant && w.barges() == u32::from(count)
+}
+
+/// Whether the barge of entry `participant` with barge count `count` still holds (`check`).
+pub fn holds(st: &LockState<'_>, participant: u32, count: u16) -> bool {
+    // Acquire: a revocation, if any, comes with the change.
+    is_barge(st.lock_word(Acquire), participant, count)
 }
 
 /// After `H` of a barge was cleared (a `SeqCst` CAS): wakes the grantee if it claimed
@@ -290,17 +279,16 @@ fn wake_and_walk<P: Platform>(st: &LockState<'_>, p: &P) {
     advance(st, p, head, false);
 }
 
-/// After the claim of ticket `t` in a bounded file (a `SeqCst` CAS `Granted → Held`): waits
+/// After a claim in a bounded file (a `SeqCst` CAS `Granted → Held`): waits
 /// while a barger holds the lock, revoking it if its process dies, then takes a dead barger's
 /// news from `D`. Returns the news and how many barges overtook us (our arrival count is in
 /// `me.beacon`, see [`with_arrival`]).
 pub fn after_claim<P: Platform>(
     st: &LockState<'_>,
     p: &P,
-    t: u64,
     me: &Me,
     tuning: &Tuning,
-) -> (bool, u8) {
+) -> (bool, u16) {
     let mut spin_until: Option<u64> = None;
     let mut poll = tuning.head_poll_min_ns;
     let mut waited = false;
@@ -316,7 +304,7 @@ pub fn after_claim<P: Platform>(
                 continue;
             }
             if waited && p.liveness(w.holder()) == Liveness::Dead {
-                end_barge(st, p, w.holder(), t, true);
+                end_barge(st, p, w.holder(), w.barges() as u16, true);
                 continue;
             }
             waited = true;
@@ -335,6 +323,6 @@ pub fn after_claim<P: Platform>(
             }
         }
         let overtaken = arrival(me.beacon).map_or(0, |a| since(w.barges(), a));
-        return (w.died() && w.queued(), overtaken as u8);
+        return (w.died() && w.queued(), overtaken as u16);
     }
 }

@@ -69,7 +69,7 @@ fn barges_take_the_lock_ahead_of_a_granted_waiter_up_to_the_bound() {
     assert_eq!(try_barge(&st, &p, &me(3)), Barge::Busy);
     holder::release(&st, &p, &a, 1).unwrap(); // grants `t`; its waiter is "asleep"
     let mut tokens = vec![st.token(&a)];
-    for j in 1..=2u8 {
+    for j in 1..=2u16 {
         let Barge::Took(g) = try_barge(&st, &p, &me(3)) else {
             panic!("barge {j} refused");
         };
@@ -91,7 +91,7 @@ fn barges_take_the_lock_ahead_of_a_granted_waiter_up_to_the_bound() {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     assert_eq!(
         tokens,
-        vec![t << 6, (t << 6) + 1, (t << 6) + 2, (t + 1) << 6]
+        vec![t << 9, (t << 9) + 1, (t << 9) + 2, (t + 1) << 9]
     );
     holder::release(&st, &p, &b, 2).unwrap();
     assert!(!st.lock_word(Relaxed).queued(), "the queue drained");
@@ -126,7 +126,7 @@ fn a_waiter_that_came_after_some_barges_is_overtaken_at_most_k_times_in_all() {
     assert_eq!(b1.overtaken, 3);
     holder::release(&st, &p, &b1, 2).unwrap(); // grants t2
     // t2 arrived after all three: three more barges may overtake it, not four.
-    for j in 1..=3u8 {
+    for j in 1..=3u16 {
         let Barge::Took(g) = try_barge(&st, &p, &me(3)) else {
             panic!("barge {j} ahead of t2 refused");
         };
@@ -229,7 +229,13 @@ fn a_barger_that_finds_the_grant_claimed_after_its_cas_backs_off_and_keeps_the_n
     let granted = Word(slot.word.load(Relaxed));
     slot.word.store(granted.with_state(State::Held).0, Relaxed);
     // ...and the barger's end, as `try_barge` does it when the slot changed.
-    assert!(barge::end_barge(&st, &p, 3, t, true));
+    assert!(barge::end_barge(
+        &st,
+        &p,
+        3,
+        w.barged_by(3).barges() as u16,
+        true
+    ));
     let lw = st.lock_word(Relaxed);
     assert!(!lw.held() && lw.queued() && lw.died(), "{lw:?}");
     // The grantee (its CAS already made) finds `H` clear and takes the news.
@@ -307,12 +313,13 @@ fn a_grantee_killed_while_it_waits_for_a_barger_is_passed_when_the_barge_ends() 
 #[test]
 fn bounded_kinds_round_trip_and_refuse_out_of_range_bounds() {
     assert_eq!(RecordKind::decode(0, 7), Some(RecordKind::bounded(7)));
-    assert_eq!(RecordKind::decode(0, 64), None);
+    assert_eq!(RecordKind::decode(0, 511), Some(RecordKind::bounded(511)));
+    assert_eq!(RecordKind::decode(0, 512), None);
     assert_eq!(RecordKind::decode(1, 7), None);
     assert_eq!(RecordKind::bounded(7).bypass_bound(), 7);
     assert_eq!(RecordKind::semaphore(7).bypass_bound(), 0);
     assert_eq!(layout::token_of(0, 9, 0), 10);
-    assert_eq!(layout::token_of(5, 9, 3), (10 << 6) + 3);
+    assert_eq!(layout::token_of(5, 9, 3), (10 << 9) + 3);
 }
 
 #[test]
@@ -339,4 +346,407 @@ fn a_barger_whose_head_was_granted_claimed_and_released_before_its_cas_gives_the
     assert!(!c.died);
     holder::release(&st, &p, &c, 4).unwrap();
     assert!(!st.lock_word(Relaxed).queued());
+}
+
+#[test]
+fn the_largest_bound_counts_past_the_old_seven_bits() {
+    // 511 barges ahead of one waiter, then no more: the count wraps modulo 2^10, never within
+    // a waiter's wait.
+    let owned = bounded(layout::MAX_BYPASS);
+    let st = owned.view();
+    let p = ModelPlatform::new(1);
+    for round in 0..3 {
+        let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+        let (t, m) = queue(&st, &p, 2);
+        holder::release(&st, &p, &a, 1).unwrap();
+        let mut last = st.token(&a);
+        for j in 1..=layout::MAX_BYPASS as u16 {
+            let Barge::Took(g) = try_barge(&st, &p, &me(3)) else {
+                panic!("round {round}: barge {j} refused");
+            };
+            assert_eq!(g.bypass, j);
+            assert!(st.token(&g) > last);
+            last = st.token(&g);
+            holder::release(&st, &p, &g, 3).unwrap();
+        }
+        assert_eq!(try_barge(&st, &p, &me(3)), Barge::No, "round {round}");
+        let b = claim(&st, &p, t, &m);
+        assert_eq!(u32::from(b.overtaken), layout::MAX_BYPASS);
+        assert!(st.token(&b) > last);
+        holder::release(&st, &p, &b, 2).unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Adversarial review of the barge protocol (a fresh session, on 4fee567): each test failed
+// on the reviewed code.
+// ---------------------------------------------------------------------------------------
+
+/// A dead barger's news goes into `D` while `Q = 1`, for "the grantee or the next barger".
+/// But when the grantee it barged ahead of is dead too, the walk that passes it can *pre-grant*
+/// the next ticket (`Ready`: taken, not yet published), and a `Ready` ticket is claimed in
+/// `publish` without `after_claim`: it never looks at `D`. The first holder after the dead
+/// barger is not told; the news stays in the word and is told later to a holder whose
+/// predecessor released cleanly.
+#[test]
+fn review_a_pregranted_ticket_after_a_dead_barger_is_told_the_news() {
+    let owned = bounded(4);
+    let st = owned.view();
+    let p = ModelPlatform::new(1);
+    let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+    let (t, _m) = queue(&st, &p, 2); // the grantee-to-be (participant 2)
+    holder::release(&st, &p, &a, 1).unwrap(); // grants t
+    let Barge::Took(_) = try_barge(&st, &p, &me(3)) else {
+        panic!("refused");
+    };
+    // Participant 5 takes the next ticket while the barge holds and is about to publish it.
+    let Taken::Queued(t2, arrived) = take(&st, &p, &me(5)) else {
+        panic!("must queue");
+    };
+    // The barger's process and the grantee's process are killed.
+    p.set_dead(3, true);
+    p.set_dead(2, true);
+    // Any waiter's recovery: revokes the barger (news into `D`), skips the dead grantee, and
+    // the walk pre-grants t2.
+    let _ = recover(&st, &p, t2, &mut Watch::default(), &quick());
+    assert_eq!(word_state(&st, t), Some(State::Skipped));
+    assert_eq!(word_state(&st, t2), Some(State::Ready));
+    // Participant 5 publishes: claims its pre-grant. Its predecessor (the barger) died.
+    let m5 = Me {
+        beacon: with_arrival(0, arrived),
+        ..me(5)
+    };
+    let g = match publish(&st, &p, t2, &m5, None, &quick(), &mut Watch::default()).unwrap() {
+        Published::Held(g) => g,
+        _ => panic!("t2 was pre-granted"),
+    };
+    let lw = st.lock_word(Relaxed);
+    holder::release(&st, &p, &g, 5).unwrap();
+    // The next holder's predecessor (t2's holder) released cleanly.
+    let n = lock(&st, &p, &me(6), None, &quick()).unwrap();
+    assert_eq!(
+        (g.died, n.died),
+        (true, false),
+        "owner_died of (first holder after the dead barger, the next one); word was {lw:?}"
+    );
+}
+
+/// A platform whose first `liveness` call blocks until the test opens the gate: stands for a
+/// walker preempted between loading the lock word (no `H`) and reaching the head's slot.
+struct Gated {
+    inner: ModelPlatform,
+    armed: std::sync::atomic::AtomicBool,
+    entered: std::sync::atomic::AtomicBool,
+    open: std::sync::atomic::AtomicBool,
+}
+
+impl Platform for Gated {
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
+    fn wait(&self, w: &crate::primitive::AtomicU64, e: u32, u: Option<u64>) {
+        self.inner.wait(w, e, u)
+    }
+    fn wake(&self, w: &crate::primitive::AtomicU64) {
+        self.inner.wake(w)
+    }
+    fn pause(&self, u: Option<u64>) {
+        self.inner.pause(u)
+    }
+    fn liveness(&self, i: u32) -> Liveness {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.armed.swap(false, SeqCst) {
+            self.entered.store(true, SeqCst);
+            while !self.open.load(SeqCst) {
+                std::thread::yield_now();
+            }
+        }
+        self.inner.liveness(i)
+    }
+    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.inner.with_lease_lock(f)
+    }
+}
+
+/// `end_barge` identifies a barge by `head` ("while a barge holds, walks stop at its `H`:
+/// `head` stays at the ticket it barged ahead of"). But a walk checks the word only when it
+/// starts: a walker that loaded the word before the barge's CAS and reaches the head's slot
+/// after the (dead) grantee was skipped walks on, grants the next ticket and raises `head`.
+/// The live barger's release then finds `head` moved, returns `LockLost`, and leaves `H` set
+/// for ever: the grantee of the next ticket waits in `after_claim` for a live holder that
+/// will never clear it, and so does everybody else (until the barger's process exits).
+#[test]
+fn review_a_walk_that_started_before_a_barge_does_not_strand_it() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let owned = bounded(4);
+    let st = owned.view();
+    let p = Gated {
+        inner: ModelPlatform::new(1),
+        armed: false.into(),
+        entered: false.into(),
+        open: false.into(),
+    };
+    let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+    // Ticket t0: taken by participant 5, which was lapped, registered, and was killed before
+    // it published (its slot shows the previous lap, its record names it).
+    let Taken::Queued(t0, _) = take(&st, &p, &me(5)) else {
+        panic!("must queue");
+    };
+    lapped::register(st.slot(t0), st.lap(t0), 5);
+    p.inner.set_dead(5, true);
+    // The grantee-to-be (2) and a waiter behind it (4).
+    let (t, _m) = queue_on(&st, &p, 2);
+    let (t2, _m2) = queue_on(&st, &p, 4);
+    assert_eq!((t, t2), (t0 + 1, t0 + 2));
+    p.armed.store(true, SeqCst);
+    std::thread::scope(|s| {
+        // The holder releases: clears `H`, then walks from t0 — and is preempted there (in the
+        // look at t0's lapped record).
+        let releaser = s.spawn(|| holder::release(&st, &p, &a, 1));
+        while !p.entered.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        // Meanwhile another walker passes t0 and grants t.
+        advance(&st, &p, t0, false);
+        assert_eq!(word_state(&st, t), Some(State::Granted));
+        // A running thread barges ahead of t.
+        let Barge::Took(g) = try_barge(&st, &p, &me(3)) else {
+            panic!("refused");
+        };
+        // The grantee's process is killed; the waiter behind it, watching its beacon, skips it
+        // (`wait::revoke_dead`, `Holding::Slot` in `Granted`: CAS to `Skipped`, then a walk,
+        // which stops at the barger's `H`).
+        p.inner.set_dead(2, true);
+        let slot = st.slot(t);
+        let w = Word(slot.word.load(SeqCst));
+        slot.word
+            .compare_exchange(w.0, w.with_state(State::Skipped).0, SeqCst, SeqCst)
+            .unwrap();
+        advance(&st, &p, t, false);
+        assert_eq!(
+            word_state(&st, t2),
+            Some(State::Waiting),
+            "nothing granted under H"
+        );
+        // The preempted walker resumes.
+        p.open.store(true, SeqCst);
+        releaser.join().unwrap().unwrap();
+        let head_now = st.header().head.load(SeqCst);
+        // The barger releases its (live, valid) barge.
+        let released = holder::release(&st, &p, &g, 3);
+        let lw = st.lock_word(SeqCst);
+        assert!(
+            released.is_ok() && !lw.held(),
+            "barge release {released:?}, word left {lw:?} (head {head_now}, t2 {t2} {:?})",
+            word_state(&st, t2)
+        );
+    });
+}
+
+/// [`queue`] on any platform.
+fn queue_on<P: Platform>(st: &LockState<'_>, p: &P, who: u32) -> (u64, Me) {
+    let Taken::Queued(t, arrived) = take(st, p, &me(who)) else {
+        panic!("the lock is held: must queue");
+    };
+    let m = Me {
+        beacon: with_arrival(0, arrived),
+        ..me(who)
+    };
+    match publish(st, p, t, &m, None, &quick(), &mut Watch::default()).unwrap() {
+        Published::Waiting(_) => (t, m),
+        _ => panic!("ticket {t} should wait"),
+    }
+}
+
+/// A platform whose first `watch_holder` (a waiter asleep on the fast holder's thread beacon)
+/// blocks until the test opens the gate and then reports the thread's death.
+struct WatchGate {
+    inner: ModelPlatform,
+    entered: std::sync::atomic::AtomicBool,
+    open: std::sync::atomic::AtomicBool,
+}
+
+impl Platform for WatchGate {
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
+    fn wait(&self, w: &crate::primitive::AtomicU64, e: u32, u: Option<u64>) {
+        self.inner.wait(w, e, u)
+    }
+    fn wake(&self, w: &crate::primitive::AtomicU64) {
+        self.inner.wake(w)
+    }
+    fn pause(&self, u: Option<u64>) {
+        self.inner.pause(u)
+    }
+    fn liveness(&self, i: u32) -> Liveness {
+        self.inner.liveness(i)
+    }
+    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.inner.with_lease_lock(f)
+    }
+    fn watch_holder(
+        &self,
+        _word: &crate::primitive::AtomicU64,
+        _expected: u32,
+        _index: u32,
+        _beacon: u32,
+        _until: Option<u64>,
+    ) -> platform::Watched {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.entered.swap(true, SeqCst) {
+            return platform::Watched::Unavailable; // later waits: poll
+        }
+        while !self.open.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        // The holder's thread ended (after it released): its beacon reads dead.
+        platform::Watched::Died
+    }
+}
+
+/// Two holders at once. A waiter first in line behind a fast holder sleeps on that holder's
+/// thread beacon, naming the grant `Holding::Fast { ticket: h − 1, participant }`. The fast
+/// holder releases (granting `h`) and its thread exits; before the waiter runs, *another
+/// thread of the same process* barges ahead of `h`. The barge has the same identity as the
+/// released fast grant — entry `participant`, "ticket" `h − 1` (`head − 1`) — so the waiter,
+/// woken by the beacon's death, revokes the live barge (`revoke_dead` → `end_fast` →
+/// `end_barge`, whose `head` check passes), claims its grant and enters while the barger is
+/// still in its critical section.
+#[test]
+fn review_a_dead_fast_holder_s_beacon_does_not_revoke_its_process_s_live_barge() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let owned = bounded(4);
+    let st = owned.view();
+    let p = WatchGate {
+        inner: ModelPlatform::new(1),
+        entered: false.into(),
+        open: false.into(),
+    };
+    // Thread F of process 1 takes the lock fast and publishes its thread beacon (7).
+    let f_me = Me { beacon: 7, ..me(1) };
+    let a = lock(&st, &p, &f_me, None, &quick()).unwrap();
+    assert!(a.fast);
+    std::thread::scope(|s| {
+        // Process 2's thread W queues behind it and sleeps on F's beacon.
+        let w = s.spawn(|| lock(&st, &p, &Me { beacon: 9, ..me(2) }, None, &quick()));
+        while !p.entered.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        // F releases (granting W's ticket) — and its thread exits.
+        holder::release(&st, &p, &a, 1).unwrap();
+        // Thread G of process 1 barges ahead of W's grant (W is not running yet).
+        let Barge::Took(g) = try_barge(&st, &p, &me(1)) else {
+            panic!("refused");
+        };
+        // W wakes: F's beacon reports its thread dead.
+        p.open.store(true, SeqCst);
+        // G is in its critical section; W must not get in. Give it a while.
+        let mut waited = 0;
+        while !w.is_finished() && waited < 200 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            waited += 1;
+        }
+        let got_in = w.is_finished();
+        let g_still_holds = holder::check(&st, &p, &g, 1).is_ok();
+        if !got_in {
+            holder::release(&st, &p, &g, 1).unwrap();
+        }
+        let wg = w.join().unwrap().unwrap();
+        assert!(
+            !got_in,
+            "W got the lock (died {}) while G's barge held; G's check now says {}",
+            wg.died,
+            if g_still_holds { "held" } else { "lost" }
+        );
+        holder::release(&st, &p, &wg, 2).unwrap();
+    });
+}
+
+/// The barge count `B` is never cleared (drains keep it), but the one-CAS uncontended release
+/// expects `LockWord::fast_held(t, participant)`, whose `B` is 0: after the first barge in the
+/// life of a bounded file, every uncontended release misses its CAS and takes `end_fast`'s
+/// slow path (a second load and CAS) — the fast path is gone for good.
+#[test]
+fn review_the_uncontended_release_stays_one_cas_after_a_barge() {
+    let owned = bounded(4);
+    let st = owned.view();
+    let p = ModelPlatform::new(1);
+    let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+    let (t, m) = queue(&st, &p, 2);
+    holder::release(&st, &p, &a, 1).unwrap();
+    let Barge::Took(g) = try_barge(&st, &p, &me(3)) else {
+        panic!("refused");
+    };
+    holder::release(&st, &p, &g, 3).unwrap();
+    let b = claim(&st, &p, t, &m);
+    holder::release(&st, &p, &b, 2).unwrap();
+    assert!(!st.lock_word(Relaxed).queued(), "drained");
+    // Uncontended from here on.
+    let c = fast::try_fast(&st, 4, 0).unwrap();
+    assert!(
+        fast::release_fast(&st, c.ticket, 4),
+        "the one-CAS release missed: word {:?}, expected {:?}",
+        st.lock_word(Relaxed),
+        lock_word::LockWord::fast_held(c.ticket, 4)
+    );
+}
+
+/// The same stale walk can *pre-grant* the next ticket (`Ready`) while a barge holds (found
+/// while fixing the review's findings): the taker's claim of a `Ready` ticket must wait for
+/// the barger like the claim of a `Granted` one, or two hold at once.
+#[test]
+fn a_ticket_pregranted_by_a_stale_walk_while_a_barge_holds_waits_for_it() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let owned = bounded(4);
+    let st = owned.view();
+    let p = ModelPlatform::new(1);
+    let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+    let (t, _m) = queue(&st, &p, 2);
+    let Taken::Queued(t2, arrived) = take(&st, &p, &me(5)) else {
+        panic!("must queue");
+    };
+    holder::release(&st, &p, &a, 1).unwrap(); // grants t
+    let Barge::Took(g) = try_barge(&st, &p, &me(3)) else {
+        panic!("refused");
+    };
+    // The grantee of t is skipped (dead), and a walk that loaded the word before the barge's
+    // CAS passes it and pre-grants t2 — as `review_a_walk_that_started_before_a_barge_…`
+    // plays it with a gated platform; here the two words are written as that walk does.
+    let slot = st.slot(t);
+    let w = Word(slot.word.load(SeqCst));
+    slot.word.store(w.with_state(State::Skipped).0, SeqCst);
+    let s2 = st.slot(t2);
+    s2.word
+        .store(Word::new(st.lap(t2), 0, State::Ready, false).0, SeqCst);
+    let inside = std::sync::atomic::AtomicBool::new(true);
+    std::thread::scope(|s| {
+        let taker = s.spawn(|| {
+            let m5 = Me {
+                beacon: with_arrival(0, arrived),
+                ..me(5)
+            };
+            let g2 = match publish(&st, &p, t2, &m5, None, &quick(), &mut Watch::default()).unwrap()
+            {
+                Published::Held(g2) => g2,
+                _ => panic!("t2 was pre-granted"),
+            };
+            assert!(
+                !inside.load(SeqCst),
+                "claimed a pre-grant while a barge held"
+            );
+            g2
+        });
+        for _ in 0..1000 {
+            std::thread::yield_now();
+        }
+        assert!(
+            !taker.is_finished(),
+            "the pre-granted taker went in during the barge"
+        );
+        inside.store(false, SeqCst);
+        holder::release(&st, &p, &g, 3).unwrap();
+        let g2 = taker.join().unwrap();
+        holder::release(&st, &p, &g2, 5).unwrap();
+    });
 }

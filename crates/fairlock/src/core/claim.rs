@@ -53,20 +53,10 @@ pub fn claim_granted_with<P: Platform>(
         match w.state() {
             Some(State::Granted) => {
                 crate::crash_point!("acquire.granted_seen");
-                let held = w.with_state(State::Held);
-                let won = if bounded {
-                    // SeqCst: the grantee's half of the Dekker pair with a barger's CAS on
-                    // the lock word (see `barge`).
-                    slot.word
-                        .compare_exchange(w.0, held.0, SeqCst, Acquire)
-                        .is_ok()
-                } else {
-                    cas(slot, w, held)
-                };
-                if won {
+                if claim_cas(slot, w, w.with_state(State::Held), bounded) {
                     crate::crash_point!("acquire.claimed");
                     let (news, overtaken) = if bounded {
-                        after_claim(st, p, t, me, tuning)
+                        after_claim(st, p, me, tuning)
                     } else {
                         (false, 0)
                     };
@@ -87,6 +77,21 @@ pub fn claim_granted_with<P: Platform>(
                 ));
             }
         }
+    }
+}
+
+/// The claim CAS `from → to` of a grant (`Granted` or `Ready` → `Held`): in a bounded file
+/// `SeqCst`, the grantee's half of the Dekker pair with a barger's CAS on the lock word (see
+/// `barge`); else as every grant CAS.
+#[inline]
+pub(crate) fn claim_cas(slot: &Slot, from: Word, to: Word, bounded: bool) -> bool {
+    if bounded {
+        // SeqCst: see above.
+        slot.word
+            .compare_exchange(from.0, to.0, SeqCst, Acquire)
+            .is_ok()
+    } else {
+        cas(slot, from, to)
     }
 }
 

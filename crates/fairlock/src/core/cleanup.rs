@@ -18,8 +18,12 @@ use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 /// free by claiming it), so while it runs — or if it is stopped right there — the dead
 /// process's leftovers look alive to everyone else; they are cleared once it gets on.
 pub fn clean_up_participant<P: Platform>(st: &LockState<'_>, p: &P, participant: u32) {
-    // A fast grant the dead process held: revoked (the next holder is told).
-    if let Some((t, holder)) = super::fast::fast_holder(st)
+    // A fast grant (or a barge) the dead process held: revoked (the next holder is told).
+    // Acquire: as in `fast::take`.
+    let lw = st.lock_word(Acquire);
+    if lw.held() && lw.barged() && lw.holder() == participant {
+        super::barge::end_barge(st, p, participant, lw.barges() as u16, true);
+    } else if let Some((t, holder)) = super::fast::fast_holder(st)
         && holder == participant
     {
         super::fast::end_fast(st, p, participant, t, true);

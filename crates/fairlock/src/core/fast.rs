@@ -68,7 +68,7 @@ pub fn release_fast(st: &LockState<'_>, t: u64, participant: u32) -> bool {
 pub fn is_fast_grant(st: &LockState<'_>, t: u64, participant: u32) -> bool {
     // Acquire: a revocation's news, if any, comes with the change.
     let w = st.lock_word(Acquire);
-    if !w.held() || w.holder() != participant {
+    if !w.held() || w.holder() != participant || w.barged() {
         return false;
     }
     let after = if w.queued() {
@@ -276,9 +276,10 @@ pub fn end_fast<P: Platform>(
             return false;
         }
         if w.barged() {
-            // A barge ahead of `head`'s grant (bounded files): its ticket is the one before
-            // `head`, as for a fast holder the queue formed behind.
-            return super::barge::end_barge(st, p, participant, after, died);
+            // A barge (bounded files), never a grant of ours: barges end through
+            // `barge::end_barge`, by their count (a revocation of an earlier fast grant of the
+            // same entry ended a sibling thread's live barge here: review finding).
+            return false;
         }
         if !w.queued() {
             if st.ticket_of(w) != after {

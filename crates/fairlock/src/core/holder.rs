@@ -36,7 +36,7 @@ pub fn release<P: Platform>(
     if !g.leased {
         return match release_unleased_fast(st, t, participant, g.fast) {
             Some(true) => Ok(()),
-            outcome => finish_unleased_release(st, p, t, participant, g.fast, outcome),
+            outcome => finish_unleased_release(st, p, t, participant, g.fast, outcome, barge_of(g)),
         };
     }
     crate::crash_point!("release.start");
@@ -91,9 +91,16 @@ pub fn release_unleased_fast(
     Some(false)
 }
 
+/// The barge count of grant `g` if it is a barge (see [`super::barge`]).
+#[inline]
+pub fn barge_of(g: &Grant) -> Option<u16> {
+    g.is_barge().then_some(g.count)
+}
+
 /// The rest of an unleased release after [`release_unleased_fast`] returned `outcome`
 /// (anything but `Some(true)`): a fast grant whose word changed (someone queued behind it,
-/// or it was revoked) is ended by [`end_fast`]; a slot's grant is passed on by a walk.
+/// or it was revoked) is ended by [`end_fast`] — a barge (`barge`: its count) by
+/// [`super::barge::end_barge`]; a slot's grant is passed on by a walk.
 #[cold]
 pub fn finish_unleased_release<P: Platform>(
     st: &LockState<'_>,
@@ -102,7 +109,15 @@ pub fn finish_unleased_release<P: Platform>(
     participant: u32,
     fast: bool,
     outcome: Option<bool>,
+    barge: Option<u16>,
 ) -> Result<(), Lost> {
+    if let Some(count) = barge {
+        return if super::barge::end_barge(st, p, participant, count, false) {
+            Ok(())
+        } else {
+            Err(Lost)
+        };
+    }
     if fast {
         return if end_fast(st, p, participant, t, false) {
             Ok(())
@@ -129,6 +144,13 @@ pub fn check<P: Platform>(
     g: &Grant,
     participant: u32,
 ) -> Result<(), Lost> {
+    if let Some(count) = barge_of(g) {
+        return if super::barge::holds(st, participant, count) {
+            Ok(())
+        } else {
+            Err(Lost)
+        };
+    }
     if g.fast {
         return if is_fast_grant(st, g.ticket, participant) {
             Ok(())
@@ -158,6 +180,13 @@ pub fn revoke_own<P: Platform>(
     g: &Grant,
     participant: u32,
 ) -> Result<(), Lost> {
+    if let Some(count) = barge_of(g) {
+        return if super::barge::end_barge(st, p, participant, count, true) {
+            Ok(())
+        } else {
+            Err(Lost)
+        };
+    }
     if g.fast {
         return if end_fast(st, p, participant, g.ticket, true) {
             Ok(())

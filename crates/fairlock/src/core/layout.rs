@@ -44,9 +44,9 @@ pub enum Kind {
 pub const MAX_PERMITS: u32 = 1 << 19;
 
 /// The fencing token of ticket `t` (with `bypass` barges ahead of `t + 1`) in a file with
-/// bypass bound `bound`: `t + 1` in a strict file, `(t + 1) · 2^6 + bypass` in a bounded one.
+/// bypass bound `bound`: `t + 1` in a strict file, `(t + 1) · 2^9 + bypass` in a bounded one.
 #[inline]
-pub fn token_of(bound: u32, t: u64, bypass: u8) -> u64 {
+pub fn token_of(bound: u32, t: u64, bypass: u16) -> u64 {
     if bound == 0 {
         t.wrapping_add(1)
     } else {
@@ -56,11 +56,12 @@ pub fn token_of(bound: u32, t: u64, bypass: u8) -> u64 {
 
 /// The largest bypass bound of an exclusive lock (`Fairness::Bounded(k)`): a barge's token
 /// carries its bypass count in the low [`TOKEN_SHIFT`] bits, and the lock word counts barges
-/// modulo 2^7 (see [`crate::core::barge`]).
-pub const MAX_BYPASS: u32 = 63;
+/// modulo 2^10 (see [`crate::core::barge`]).
+pub const MAX_BYPASS: u32 = 511;
 /// The low bits of a bounded file's fencing tokens that number the barges between two grants
-/// of the queue: tokens are `(ticket + 1) · 2^6 + bypass count`.
-pub const TOKEN_SHIFT: u32 = 6;
+/// of the queue: tokens are `(ticket + 1) · 2^9 + bypass count` (2^55 tickets before they
+/// overflow: 22 years at 50 million grants a second).
+pub const TOKEN_SHIFT: u32 = 9;
 
 /// A file's kind as its header stores it: the kind and, for a semaphore, its permits — or,
 /// for an exclusive lock, its bypass bound (0: strict FIFO).
@@ -609,7 +610,7 @@ impl<'a> LockState<'a> {
     }
 
     /// The fencing token of `g` in this file: `ticket + 1`, or in a file with a bypass bound
-    /// `(ticket + 1) · 2^6 + bypass` (barges between two queued grants: see
+    /// `(ticket + 1) · 2^9 + bypass` (barges between two queued grants: see
     /// [`crate::core::barge`]).
     #[inline]
     pub fn token(&self, g: &crate::core::Grant) -> u64 {

@@ -145,10 +145,13 @@ pub struct Grant {
     pub fast: bool,
     /// A barge (files with a bypass bound, see [`barge`]): the how-manieth barge ahead of
     /// ticket `ticket + 1`'s grant (1 to the bound), the low bits of its token. 0 otherwise.
-    pub bypass: u8,
+    pub bypass: u16,
     /// How many barges overtook this grant's ticket while it waited (files with a bypass
     /// bound; never more than the bound). 0 otherwise.
-    pub overtaken: u8,
+    pub overtaken: u16,
+    /// A barge's identity while it holds: the lock word's barge count its CAS set (nobody
+    /// changes it while the barge holds; see [`barge`]). 0 otherwise.
+    pub count: u16,
 }
 
 impl Grant {
@@ -162,7 +165,14 @@ impl Grant {
             fast,
             bypass: 0,
             overtaken: 0,
+            count: 0,
         }
+    }
+
+    /// Whether this is a barge (a fast grant ahead of a granted, unclaimed ticket).
+    #[inline]
+    pub fn is_barge(&self) -> bool {
+        self.fast && self.bypass != 0
     }
 
     /// The fencing token in a strict file: `ticket + 1`. Grants happen in ticket order, so

@@ -2,7 +2,8 @@
 //! `leased` flag) into its slot — or claims the ticket at once if it was granted in advance.
 
 use super::advance::{advance, cas};
-use super::claim::{claimed, stamp_owner, stamp_since};
+use super::barge::after_claim;
+use super::claim::{claim_cas, claimed, stamp_owner, stamp_since};
 use super::lapped;
 use super::layout::LockState;
 use super::lease::LeaseField;
@@ -63,10 +64,22 @@ pub fn publish<P: Platform>(
                     }
                     let held =
                         Word::new(lap, me.participant, State::Held, w.died()).with_leased(leased);
-                    if cas(slot, w, held) {
+                    let bounded = st.bypass_bound() != 0;
+                    if claim_cas(slot, w, held, bounded) {
                         crate::crash_point!("acquire.claimed");
+                        // A walk that began before a barge may pre-grant us while it holds
+                        // (review finding): in a bounded file every claim waits for a barger
+                        // and takes a dead one's news, as `claim_granted_with` does.
+                        let (news, overtaken) = if bounded {
+                            after_claim(st, p, me, tuning)
+                        } else {
+                            (false, 0)
+                        };
                         return Ok(match claimed(st, p, slot, t, me) {
-                            true => Published::Held(Grant::of(t, w.died(), leased, false)),
+                            true => Published::Held(Grant {
+                                overtaken,
+                                ..Grant::of(t, w.died() || news, leased, false)
+                            }),
                             false => Published::Skipped,
                         });
                     }

@@ -187,6 +187,19 @@ pub fn recover<P: Platform>(
     }
     // Acquire: pairs with the CAS that set `Q` (see `fast`); `head` is loaded after it.
     let mut lw = st.lock_word(Acquire);
+    if lw.held() && lw.barged() {
+        // A barge (bounded files): identified by its entry and the word's barge count, read
+        // together here before the entry is judged.
+        let (holder, count) = (lw.holder(), lw.barges() as u16);
+        if p.liveness(holder) != Liveness::Dead {
+            return Ahead::Busy;
+        }
+        if super::barge::end_barge(st, p, holder, count, true) {
+            crate::crash_point!("recover.barge_revoked");
+        }
+        // Acquire: as above.
+        lw = st.lock_word(Acquire);
+    }
     if lw.held() {
         // A fast holder is ahead of every queued ticket: it holds, unless it is dead. The grant
         // (its ticket and entry) is read *before* its owner is judged, so that the revocation

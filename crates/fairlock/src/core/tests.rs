@@ -357,7 +357,7 @@ fn fast_release_hands_over_to_a_queued_waiter() {
         "the first queuer raised head"
     );
     assert_eq!(release_unleased_fast(&st, g.ticket, 1, true), Some(false));
-    finish_unleased_release(&st, &p, g.ticket, 1, true, Some(false)).unwrap();
+    finish_unleased_release(&st, &p, g.ticket, 1, true, Some(false), None).unwrap();
     assert_eq!(state_of(&st, t), Some(State::Granted));
     assert!(!word(&st, t).died());
     assert!(!st.lock_word(Relaxed).held());

@@ -322,7 +322,15 @@ fn wait_for_grant<P: Platform>(
         let head = next_in_line(st, t);
         if head && may_spin {
             may_spin = false;
-            if spin_while(p, slot, w, now.saturating_add(tuning.spin_ns), deadline) {
+            let yielding = st.bypass_bound() != 0;
+            if spin_while(
+                p,
+                slot,
+                w,
+                now.saturating_add(tuning.spin_ns),
+                deadline,
+                yielding,
+            ) {
                 continue;
             }
         }
@@ -575,8 +583,18 @@ fn park<P: Platform>(p: &P, slot: &Slot, w: Word, until: u64) {
     p.wait(&slot.word, sleeping.futex_value(), Some(until));
 }
 
-/// Spins while our word stays `w`, until `until`. True if it changed.
-fn spin_while<P: Platform>(p: &P, slot: &Slot, w: Word, until: u64, deadline: Option<u64>) -> bool {
+/// Spins while our word stays `w`, until `until`. True if it changed. `yielding`: give the CPU
+/// up every 32 steps (in a file with a bypass bound, where running threads barge ahead of a
+/// waiter, a spinning waiter mostly keeps a barger or the holder off its CPU: 2.2x the
+/// throughput of 8 threads on 2 CPUs; in a strict file it made 4 threads 14x slower).
+fn spin_while<P: Platform>(
+    p: &P,
+    slot: &Slot,
+    w: Word,
+    until: u64,
+    deadline: Option<u64>,
+    yielding: bool,
+) -> bool {
     let until = deadline.map_or(until, |d| d.min(until));
     let mut i: u32 = 0;
     loop {
@@ -589,7 +607,11 @@ fn spin_while<P: Platform>(p: &P, slot: &Slot, w: Word, until: u64, deadline: Op
             return false;
         }
         i = i.wrapping_add(1);
-        spin_step();
+        if yielding && i.is_multiple_of(32) {
+            std::thread::yield_now();
+        } else {
+            spin_step();
+        }
     }
 }
 

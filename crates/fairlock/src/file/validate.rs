@@ -261,8 +261,8 @@ mod tests {
                 Verdict::Valid { geometry, .. } => assert_eq!(geometry.kind, kind),
                 v => panic!("{v:?}"),
             }
-            // (An exclusive lock's "permits" are its bypass bound, at most 63.)
-            for (code, permits) in [(3u32, 0u32), (2, 0), (2, 5), (1, 2), (0, 64), (0, 1 << 20)] {
+            // (An exclusive lock's "permits" are its bypass bound, at most 511.)
+            for (code, permits) in [(3u32, 0u32), (2, 0), (2, 5), (1, 2), (0, 512), (0, 1 << 20)] {
                 let mut bad = img.clone();
                 bad[40..44].copy_from_slice(&code.to_le_bytes());
                 bad[44..48].copy_from_slice(&permits.to_le_bytes());
