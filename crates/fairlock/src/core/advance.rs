@@ -65,7 +65,9 @@ pub fn walk<P: Platform>(
     }
     let may_walk = |w: LockWord, head: u64| match ending {
         None => w.queued() && !w.held(),
-        Some((e, first)) => w.queued() && w.held() && w.holder() == e && head == first,
+        Some((e, first)) => {
+            w.queued() && w.held() && !w.barged() && w.holder() == e && head == first
+        }
     };
     // Acquire: pairs with the CAS that set `Q` (made after `head` was raised to the queue's
     // first ticket) and with every later CAS on the word.

@@ -155,7 +155,7 @@ pub fn look(st: &LockState<'_>) -> Result<Seen, Barge> {
     }
     match sw.state() {
         // Not ahead of a leased grant: its lease is already running.
-        Some(State::Granted) if !sw.leased() => {}
+        Some(State::Granted) if !sw.leased() && !sw.died() => {}
         Some(State::Held) => return Err(Barge::Busy),
         _ => return Err(Barge::No),
     }
@@ -246,6 +246,25 @@ pub fn end_barge<P: Platform>(
         }
     }
     crate::crash_point!("barge.ended");
+    wake_and_walk(st, p);
+    true
+}
+
+/// Revokes the dead barge that word `seen` shows, only if the word is still exactly `seen`
+/// (its counter included), so that the judgement of its entry was of this very word: a
+/// (holder, count) pair comes back after a drain. False if the word moved (judge again).
+pub fn revoke_seen<P: Platform>(st: &LockState<'_>, p: &P, seen: LockWord) -> bool {
+    if !(seen.held() && seen.barged()) {
+        return false;
+    }
+    if st
+        .header()
+        .word
+        .compare_exchange(seen.0, seen.unheld().with_died(true).0, SeqCst, Relaxed)
+        .is_err()
+    {
+        return false;
+    }
     wake_and_walk(st, p);
     true
 }

@@ -750,3 +750,221 @@ fn a_ticket_pregranted_by_a_stale_walk_while_a_barge_holds_waits_for_it() {
         holder::release(&st, &p, &g2, 5).unwrap();
     });
 }
+
+// ---------------------------------------------------------------------------------------
+// Second adversarial review (on a660776): each test failed on the reviewed code.
+// ---------------------------------------------------------------------------------------
+
+/// A holder killed in its critical section: recovery revokes it and grants the head *with the
+/// news* (`died` in the granted slot word). A running thread then barges ahead of that grant:
+/// `look` accepts any unleased `Granted` word, and the barge's `died` is the lock word's `D`
+/// only. So the first holder after the dead one — the barger — was not told `owner_died` and
+/// worked on half-written data; the grantee, whose predecessor (the barger) released cleanly,
+/// was told instead. Fixed by refusing such a barge.
+#[test]
+fn review2_a_barge_ahead_of_a_grant_that_carries_a_death_is_told_the_news() {
+    let owned = bounded(4);
+    let st = owned.view();
+    let p = ModelPlatform::new(1);
+    let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+    assert!(a.fast);
+    let (t, m) = queue(&st, &p, 2);
+    let (t2, _m2) = queue(&st, &p, 4);
+    // The fast holder's process is killed in its critical section; a waiter's recovery
+    // revokes it and grants t with the news.
+    p.set_dead(1, true);
+    let _ = recover(&st, &p, t2, &mut Watch::default(), &quick());
+    let granted = Word(st.slot(t).word.load(Relaxed));
+    assert_eq!(word_state(&st, t), Some(State::Granted));
+    assert!(granted.died(), "the grant carries the news");
+    // A running thread may not barge ahead of that grant (its waiter is not running yet): the
+    // grantee, first after the dead holder, must be the one told.
+    assert_eq!(
+        try_barge(&st, &p, &me(3)),
+        Barge::No,
+        "a barge ahead of a grant that carries a death (its barger was not told; the grantee, \
+         behind the barger's clean release, was)"
+    );
+    let b = claim(&st, &p, t, &m);
+    assert!(b.died);
+    holder::release(&st, &p, &b, 2).unwrap();
+}
+
+/// A platform whose first `wake` runs a hook on the calling thread first: stands for the waker
+/// being preempted right there while others run the hook's steps.
+/// (`on_liveness`: the first `liveness` call runs its hook after the answer was found, before
+/// it is returned: the caller preempted right after it judged an entry.)
+struct WakeHook<'a> {
+    inner: ModelPlatform,
+    hook: Hook<'a>,
+    on_liveness: Hook<'a>,
+}
+
+/// A step [`WakeHook`] runs once.
+type Hook<'a> = std::sync::Mutex<Option<Box<dyn FnOnce(&WakeHook<'a>) + 'a>>>;
+
+impl<'a> WakeHook<'a> {
+    fn new() -> Self {
+        WakeHook {
+            inner: ModelPlatform::new(1),
+            hook: std::sync::Mutex::new(None),
+            on_liveness: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl Platform for WakeHook<'_> {
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
+    fn wait(&self, w: &crate::primitive::AtomicU64, e: u32, u: Option<u64>) {
+        self.inner.wait(w, e, u)
+    }
+    fn wake(&self, w: &crate::primitive::AtomicU64) {
+        let hook = self.hook.lock().unwrap().take();
+        if let Some(f) = hook {
+            f(self);
+        }
+        self.inner.wake(w)
+    }
+    fn pause(&self, u: Option<u64>) {
+        self.inner.pause(u)
+    }
+    fn liveness(&self, i: u32) -> Liveness {
+        let answer = self.inner.liveness(i);
+        let hook = self.on_liveness.lock().unwrap().take();
+        if let Some(f) = hook {
+            f(self);
+        }
+        answer
+    }
+    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.inner.with_lease_lock(f)
+    }
+}
+
+/// Two holders. Two waiters recover the same dead fast holder (entry 1, ticket `h − 1`, a
+/// queue behind it from `h`). The first one's revoking walk grants `h` with the news — and it
+/// is preempted (here: in its wake of the sleeping grantee) before its last step, the clear of
+/// `H` "while the word still shows this grant": held by entry 1, queued, `head == h`. The second
+/// one finishes the revocation. The dead process's entry is claimed by a new process, whose
+/// thread barges ahead of `h` (granted, its waiter not yet running): held by entry 1, queued,
+/// `head == h` — the same test. The first revoker resumes and clears the live barge's `H`
+/// (`end_fast`'s last loop and `walk`'s `may_walk` for an ending walk never look at `G`);
+/// the grantee claims and goes in while the barger is in its critical section, and the
+/// barger's release fails with `LockLost`.
+#[test]
+fn review2_a_preempted_revoker_of_a_dead_fast_holder_does_not_end_a_barge_of_its_reused_entry() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let owned = bounded(4);
+    let st = owned.view();
+    let barge = std::sync::Mutex::new(None);
+    let p = WakeHook::new();
+    let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+    assert!(a.fast);
+    let (h, m) = queue_on(&st, &p, 2);
+    // The waiter of `h` parks.
+    let slot = st.slot(h);
+    let w = Word(slot.word.load(SeqCst));
+    slot.word.store(w.with_state(State::Sleeping).0, SeqCst);
+    // The fast holder's process is killed.
+    p.inner.set_dead(1, true);
+    let (stv, slot_g, dead_ticket) = (&st, &barge, a.ticket);
+    *p.hook.lock().unwrap() = Some(Box::new(move |p: &WakeHook<'_>| {
+        // The first revoker has granted `h` (with the news) and is preempted here. Another
+        // waiter's recovery ends the same dead grant.
+        assert!(fast::end_fast(stv, p, 1, dead_ticket, true));
+        assert!(!stv.lock_word(SeqCst).held());
+        // Entry 1 is claimed by a new process (cleaned up: nothing of it holds), whose thread
+        // barges ahead of `h`.
+        p.inner.set_dead(1, false);
+        clean_up_participant(stv, p, 1);
+        // (A fix that refuses barges ahead of a grant carrying a death — the finding above —
+        // also closes this path: then there is nothing to end.)
+        if let Barge::Took(g) = try_barge(stv, p, &me(1)) {
+            *slot_g.lock().unwrap() = Some(g);
+        }
+    }));
+    // The first revoker (as `recover` calls it, the dead grant read before judging it).
+    fast::end_fast(&st, &p, 1, a.ticket, true);
+    let Some(g) = barge.lock().unwrap().take() else {
+        return; // no barge ahead of a grant that carries a death
+    };
+    let lw = st.lock_word(SeqCst);
+    if holder::check(&st, &p, &g, 1).is_err() {
+        // The barger is still in its critical section: the grantee goes in at once.
+        let b = claim(&st, &p.inner, h, &m);
+        let released = holder::release(&st, &p, &g, 1);
+        panic!(
+            "a stale revoker of the dead fast grant ended a live barge (word {lw:?}): \
+             ticket {} claimed during the barge; the barger's release: {released:?}",
+            b.ticket
+        );
+    }
+    holder::release(&st, &p, &g, 1).unwrap();
+    let b = claim(&st, &p.inner, h, &m);
+    holder::release(&st, &p, &b, 2).unwrap();
+}
+
+/// Two holders, through the ABA of a barge's identity (entry, count). `recover` reads a
+/// barge's (holder, count) from the word, judges the entry dead, and ends the barge *if the
+/// word still shows (holder, count)*. Since a drain clears the count (change 3), the same
+/// (entry, count) comes back after just one drain and as many barges as before, not after
+/// 1,024: a recoverer preempted between its judgement and its `end_barge` (here: right after
+/// `liveness` answered) ends the live barge of a new process that took the dead one's entry.
+#[test]
+fn review2_a_preempted_recoverer_does_not_end_a_later_barge_with_the_same_entry_and_count() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let owned = bounded(4);
+    let st = owned.view();
+    let later = std::sync::Mutex::new(None);
+    let p = WakeHook::new();
+    let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+    let (h, m) = queue_on(&st, &p, 2);
+    holder::release(&st, &p, &a, 1).unwrap(); // grants h
+    let Barge::Took(dead) = try_barge(&st, &p, &me(3)) else {
+        panic!("barge refused");
+    };
+    assert_eq!(dead.count, 1);
+    // The barger's process is killed in its critical section.
+    p.inner.set_dead(3, true);
+    let (stv, later_g) = (&st, &later);
+    *p.on_liveness.lock().unwrap() = Some(Box::new(move |p: &WakeHook<'_>| {
+        // The recoverer judged entry 3 dead and is preempted. Meanwhile: the grantee of `h`
+        // revokes the dead barger itself, is told, releases; the queue drains (count back
+        // to 0).
+        assert!(barge::end_barge(stv, p, 3, 1, true));
+        let b = claim(stv, &p.inner, h, &m);
+        assert!(b.died);
+        holder::release(stv, p, &b, 2).unwrap();
+        assert!(!stv.lock_word(SeqCst).queued());
+        // A new process gets entry 3. A new queue forms; one of its threads barges: the
+        // first barge since the drain, count 1 again.
+        p.inner.set_dead(3, false);
+        clean_up_participant(stv, p, 3);
+        let x = lock(stv, p, &me(5), None, &quick()).unwrap();
+        let (h2, m2) = queue_on(stv, p, 6);
+        holder::release(stv, p, &x, 5).unwrap(); // grants h2
+        let Barge::Took(g) = try_barge(stv, p, &me(3)) else {
+            panic!("barge refused");
+        };
+        assert_eq!(g.count, 1, "the same identity as the dead barge");
+        *later_g.lock().unwrap() = Some((g, h2, m2));
+    }));
+    // A waiter's (or `try_lock`'s) recovery pass finds the dead barge.
+    let _ = recover(&st, &p, st.next_ticket(), &mut Watch::default(), &quick());
+    let (g, h2, m2) = later.lock().unwrap().take().expect("the hook ran");
+    let lw = st.lock_word(SeqCst);
+    if holder::check(&st, &p, &g, 3).is_err() {
+        let b2 = claim(&st, &p.inner, h2, &m2);
+        let released = holder::release(&st, &p, &g, 3);
+        panic!(
+            "the recoverer ended the new process's live barge (word {lw:?}): ticket {} \
+             claimed during it (told died: {}); the barger's release: {released:?}",
+            b2.ticket, b2.died
+        );
+    }
+    holder::release(&st, &p, &g, 3).unwrap();
+    let b2 = claim(&st, &p.inner, h2, &m2);
+    holder::release(&st, &p, &b2, 6).unwrap();
+}

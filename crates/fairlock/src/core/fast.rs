@@ -317,7 +317,12 @@ pub fn end_fast<P: Platform>(
             // Acquire: as above.
             let w = st.lock_word(Acquire);
             let head = st.header().head.load(Acquire);
-            if !w.held() || w.holder() != participant || !w.queued() || head != stopped_at {
+            if !w.held()
+                || w.holder() != participant
+                || w.barged()
+                || !w.queued()
+                || head != stopped_at
+            {
                 return false; // ended by another revoker (who clears `H`)
             }
             if cas_word(st, w, w.unheld()) {
@@ -349,13 +354,13 @@ pub fn fast_holder(st: &LockState<'_>) -> Option<(u64, u32)> {
     Some((after.wrapping_sub(1), w.holder()))
 }
 
-/// After the counter wrapped (every 2^40 tickets), by the taker that wrapped it: brings every
+/// After the counter wrapped (every 2^36 tickets), by the taker that wrapped it: brings every
 /// slot that shows a final word several laps behind (`Behind`: only fast tickets used it
 /// since) up to the lap before its next user's. Fast tickets never touch the slots, and laps
 /// are compared modulo 2^44 with a 2^43 window, so a slot left alone for 2^43 laps (2^44
 /// uncontended acquisitions with two slots) would read as a *later* lap, and takers of it
-/// as skipped (review finding). Refreshed at every wrap, a slot is never more than 2^40
-/// tickets behind (2^41 if a refresher is killed half-way; the next wrap finishes).
+/// as skipped (review finding). Refreshed at every wrap, a slot is never more than 2^36
+/// tickets behind (2^37 if a refresher is killed half-way; the next wrap finishes).
 ///
 /// The next user of slot `s` is the first ticket at or after `base` that maps to it: `head`
 /// while somebody queues (tickets before it are final; from it on they are queued ones), the

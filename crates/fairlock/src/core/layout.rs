@@ -641,7 +641,7 @@ impl<'a> LockState<'a> {
     /// if its parity is stale (the counter wrapped and the wrapper has not raised it yet).
     #[inline]
     pub fn ticket_of(&self, w: LockWord) -> u64 {
-        // Relaxed: `epoch` only ever goes up by one per 2^39 tickets; a stale value is
+        // Relaxed: `epoch` only ever goes up by one per 2^36 tickets; a stale value is
         // corrected from the word's parity, and the raise below is a CAS from what we read.
         let e = self.header.epoch.load(crate::primitive::Ordering::Relaxed);
         if lock_word::epoch_stale(w, e) {

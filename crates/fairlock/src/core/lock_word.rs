@@ -55,7 +55,7 @@ pub const G: u64 = 1 << 16;
 const HOLDER_SHIFT: u32 = 4;
 const HOLDER_MASK: u64 = (1 << 12) - 1;
 const BARGES_SHIFT: u32 = 17;
-/// Barges are counted modulo this (7 bits).
+/// Barges are counted modulo this (10 bits).
 pub const BARGES_MOD: u32 = 1 << 10;
 const BARGES_MASK: u64 = (BARGES_MOD as u64) - 1;
 const COUNTER_SHIFT: u32 = 27;

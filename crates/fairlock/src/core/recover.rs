@@ -188,13 +188,12 @@ pub fn recover<P: Platform>(
     // Acquire: pairs with the CAS that set `Q` (see `fast`); `head` is loaded after it.
     let mut lw = st.lock_word(Acquire);
     if lw.held() && lw.barged() {
-        // A barge (bounded files): identified by its entry and the word's barge count, read
-        // together here before the entry is judged.
-        let (holder, count) = (lw.holder(), lw.barges() as u16);
-        if p.liveness(holder) != Liveness::Dead {
+        // A barge (bounded files): the word is read before its entry is judged, and the
+        // revocation is a CAS from exactly that word.
+        if p.liveness(lw.holder()) != Liveness::Dead {
             return Ahead::Busy;
         }
-        if super::barge::end_barge(st, p, holder, count, true) {
+        if super::barge::revoke_seen(st, p, lw) {
             crate::crash_point!("recover.barge_revoked");
         }
         // Acquire: as above.
