@@ -47,6 +47,7 @@ use super::advance::advance;
 use super::layout::LockState;
 use super::lock_word::{BARGES_MOD, LockWord};
 use super::platform::{Liveness, Platform, Tuning};
+use super::recover::{INTERRUPT_POLL_NS, Watch};
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me};
 use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
@@ -298,16 +299,47 @@ fn wake_and_walk<P: Platform>(st: &LockState<'_>, p: &P) {
     advance(st, p, head, false);
 }
 
-/// After a claim in a bounded file (a `SeqCst` CAS `Granted → Held`): waits
-/// while a barger holds the lock, revoking it if its process dies, then takes a dead barger's
-/// news from `D`. Returns the news and how many barges overtook us (our arrival count is in
-/// `me.beacon`, see [`with_arrival`]).
+/// What waiting out a barge after a claim came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterClaim {
+    /// We hold the lock: a dead barger's news (taken from `D`), and how many barges overtook
+    /// us.
+    Held {
+        /// A dead barger's news.
+        news: bool,
+        /// Barges since our arrival.
+        overtaken: u16,
+    },
+    /// The deadline passed or the interrupt hook said stop while a barge held: our claimed
+    /// ticket was given back (`Skipped`, its news kept for the next).
+    GaveUp,
+    /// Our claimed word changed under us (a takeover of our pending lease): nothing is ours.
+    Lost,
+}
+
+/// After the claim of ticket `t` in a bounded file (a `SeqCst` CAS to `held`): waits while a
+/// barger holds the lock — until `deadline` at most, asking `watch`'s interrupt hook after
+/// every wake-up — revoking the barger if its process dies, then takes a dead barger's news
+/// from `D`. Our arrival count is in `me.beacon` (see [`with_arrival`]).
+///
+/// Giving up (a deadline, an interrupt: a barge may last as long as its critical section, or
+/// for ever behind a stopped barger or a leaked guard — review finding: the wait ignored both)
+/// hands the claimed ticket back: a `SeqCst` CAS `Held → Skipped` (the grant's died flag kept,
+/// for the next), then a `SeqCst` load of the word, walking on ourselves if `H` is clear. With
+/// the barger's end (a `SeqCst` clear of `H`, then a `SeqCst` look at `head`'s slot, and its
+/// walk), a third Dekker pair: one of the two sees the other and walks past our ticket.
+#[allow(clippy::too_many_arguments)]
 pub fn after_claim<P: Platform>(
     st: &LockState<'_>,
     p: &P,
+    t: u64,
+    held: Word,
     me: &Me,
     tuning: &Tuning,
-) -> (bool, u16) {
+    deadline: Option<u64>,
+    watch: Option<&mut Watch<'_>>,
+) -> AfterClaim {
+    let mut watch = watch;
     let mut spin_until: Option<u64> = None;
     let mut poll = tuning.head_poll_min_ns;
     let mut waited = false;
@@ -317,6 +349,10 @@ pub fn after_claim<P: Platform>(
         let w = st.lock_word(SeqCst);
         if w.held() && w.barged() {
             let now = p.now_ns();
+            let stop = watch.as_mut().is_some_and(|w| w.interrupted());
+            if stop || deadline.is_some_and(|d| now >= d) {
+                return give_back(st, p, t, held);
+            }
             if now < *spin_until.get_or_insert(now.saturating_add(tuning.spin_ns)) {
                 // A barge is one critical section: spin first.
                 spin_step();
@@ -328,11 +364,14 @@ pub fn after_claim<P: Platform>(
             }
             waited = true;
             poll = poll.saturating_mul(2).min(tuning.head_poll_ns);
-            p.wait(
-                &st.header().word,
-                w.0 as u32,
-                Some(now.saturating_add(poll)),
-            );
+            let mut until = now.saturating_add(poll);
+            if watch.as_ref().is_some_and(|w| w.has_hook()) {
+                until = until.min(now.saturating_add(INTERRUPT_POLL_NS));
+            }
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            p.wait(&st.header().word, w.0 as u32, Some(until));
             continue;
         }
         if w.died() && w.queued() {
@@ -342,6 +381,29 @@ pub fn after_claim<P: Platform>(
             }
         }
         let overtaken = arrival(me.beacon).map_or(0, |a| since(w.barges(), a));
-        return (w.died() && w.queued(), overtaken as u16);
+        return AfterClaim::Held {
+            news: w.died() && w.queued(),
+            overtaken: overtaken as u16,
+        };
     }
+}
+
+/// Hands claimed ticket `t` (our word `held`) back while a barge holds (see [`after_claim`]).
+pub(crate) fn give_back<P: Platform>(st: &LockState<'_>, p: &P, t: u64, held: Word) -> AfterClaim {
+    let slot = st.slot(t);
+    // SeqCst: our half of the third Dekker pair (see `after_claim`); the died flag stays in
+    // the word, for the walk to carry on.
+    if slot
+        .word
+        .compare_exchange(held.0, held.with_state(State::Skipped).0, SeqCst, Relaxed)
+        .is_err()
+    {
+        return AfterClaim::Lost;
+    }
+    crate::crash_point!("barge.given_back");
+    // SeqCst: after our CAS (see above).
+    if !st.lock_word(SeqCst).held() {
+        advance(st, p, t, false);
+    }
+    AfterClaim::GaveUp
 }

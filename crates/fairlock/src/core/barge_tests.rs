@@ -47,7 +47,7 @@ fn queue(st: &LockState<'_>, p: &ModelPlatform, who: u32) -> (u64, Me) {
 }
 
 fn claim(st: &LockState<'_>, p: &ModelPlatform, t: u64, m: &Me) -> Grant {
-    match claim_granted_with(st, p, t, m, &quick()).unwrap() {
+    match claim_granted_with(st, p, t, m, &quick(), None, None).unwrap() {
         Claim::Held(g) => g,
         other => panic!("ticket {t}: {other:?}"),
     }
@@ -967,4 +967,84 @@ fn review2_a_preempted_recoverer_does_not_end_a_later_barge_with_the_same_entry_
     holder::release(&st, &p, &g, 3).unwrap();
     let b2 = claim(&st, &p.inner, h2, &m2);
     holder::release(&st, &p, &b2, 6).unwrap();
+}
+
+/// A grantee whose deadline passes while a barge holds gives its claimed ticket back
+/// (`Skipped`) and answers `Timeout` (third review: it waited out the barge, however long);
+/// the barge's end then walks past it to the next waiter — or, had the barge already ended,
+/// the grantee's own look at the word would (the third Dekker pair).
+#[test]
+fn a_grantee_past_its_deadline_behind_a_barge_gives_the_ticket_back() {
+    for barge_ends_first in [false, true] {
+        let owned = bounded(4);
+        let st = owned.view();
+        let p = ModelPlatform::new(1_000);
+        let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+        let (t, m) = queue(&st, &p, 2);
+        let (t2, m2) = queue(&st, &p, 4);
+        holder::release(&st, &p, &a, 1).unwrap(); // grants t
+        let Barge::Took(g) = try_barge(&st, &p, &me(3)) else {
+            panic!("refused");
+        };
+        let slot = st.slot(t);
+        let w = Word(slot.word.load(Relaxed));
+        let held = w.with_state(State::Held);
+        slot.word.store(held.0, Relaxed); // the claim CAS
+        if barge_ends_first {
+            // The barge ends after the deadline was seen, before the hand-back: its walk
+            // stops at our `Held`.
+            holder::release(&st, &p, &g, 3).unwrap();
+            let r = barge::after_claim(&st, &p, t, held, &m, &quick(), Some(0), None);
+            // `H` is clear: nothing to give back, the lock is ours.
+            assert!(matches!(r, barge::AfterClaim::Held { .. }), "{r:?}");
+            holder::release(&st, &p, &Grant::of(t, false, false, false), 2).unwrap();
+        } else {
+            let r = barge::after_claim(&st, &p, t, held, &m, &quick(), Some(0), None);
+            assert_eq!(r, barge::AfterClaim::GaveUp);
+            assert_eq!(word_state(&st, t), Some(State::Skipped));
+            assert_eq!(
+                word_state(&st, t2),
+                Some(State::Waiting),
+                "nothing under the barge"
+            );
+            holder::release(&st, &p, &g, 3).unwrap();
+        }
+        assert_eq!(
+            word_state(&st, t2),
+            Some(State::Granted),
+            "ends_first {barge_ends_first}"
+        );
+        let c = claim(&st, &p, t2, &m2);
+        assert!(!c.died);
+        holder::release(&st, &p, &c, 4).unwrap();
+    }
+}
+
+/// The hand-back racing the barge's end from the other side: the ticket is given back after
+/// the barger's walk stopped at it; the grantee's own look at the word (`H` clear) walks on.
+#[test]
+fn a_ticket_given_back_after_the_barge_ended_is_walked_past_by_its_grantee() {
+    let owned = bounded(4);
+    let st = owned.view();
+    let p = ModelPlatform::new(1_000);
+    let a = lock(&st, &p, &me(1), None, &quick()).unwrap();
+    let (t, _m) = queue(&st, &p, 2);
+    let (t2, m2) = queue(&st, &p, 4);
+    holder::release(&st, &p, &a, 1).unwrap();
+    let Barge::Took(g) = try_barge(&st, &p, &me(3)) else {
+        panic!("refused");
+    };
+    let slot = st.slot(t);
+    let held = Word(slot.word.load(Relaxed)).with_state(State::Held);
+    slot.word.store(held.0, Relaxed);
+    holder::release(&st, &p, &g, 3).unwrap(); // the barger's walk stops at our `Held`
+    assert_eq!(word_state(&st, t2), Some(State::Waiting));
+    // The grantee had decided to give up (its deadline seen while `H` was set): the hand-back.
+    assert_eq!(
+        barge::give_back(&st, &p, t, held),
+        barge::AfterClaim::GaveUp
+    );
+    assert_eq!(word_state(&st, t2), Some(State::Granted));
+    let c = claim(&st, &p, t2, &m2);
+    holder::release(&st, &p, &c, 4).unwrap();
 }

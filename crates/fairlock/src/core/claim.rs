@@ -2,10 +2,11 @@
 //! (the lease deadline, the informational stamps).
 
 use super::advance::cas;
-use super::barge::after_claim;
+use super::barge::{AfterClaim, after_claim};
 use super::layout::{LockState, Slot};
 use super::leasing::commit;
 use super::platform::{Platform, Tuning};
+use super::recover::Watch;
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
 use crate::primitive::Ordering::{Acquire, Relaxed, Release, SeqCst};
@@ -30,18 +31,23 @@ pub fn claim_granted<P: Platform>(
     t: u64,
     me: &Me,
 ) -> Result<Claim, WaitError> {
-    claim_granted_with(st, p, t, me, &Tuning::default())
+    claim_granted_with(st, p, t, me, &Tuning::default(), None, None)
 }
 
 /// [`claim_granted`] with the waiter's tuning (how long to spin, then poll, for a barger
-/// that took the lock ahead of our grant in a file with a bypass bound: [`super::barge`]).
+/// that took the lock ahead of our grant in a file with a bypass bound: [`super::barge`]),
+/// its deadline and its interrupt hook (a claimed grant is given back if either ends the wait
+/// for a barger: then `Err(Timeout)` or `Err(Interrupted)`).
 pub fn claim_granted_with<P: Platform>(
     st: &LockState<'_>,
     p: &P,
     t: u64,
     me: &Me,
     tuning: &Tuning,
+    deadline: Option<u64>,
+    watch: Option<&mut Watch<'_>>,
 ) -> Result<Claim, WaitError> {
+    let mut watch = watch;
     let slot = st.slot(t);
     let bounded = st.bypass_bound() != 0;
     loop {
@@ -53,10 +59,26 @@ pub fn claim_granted_with<P: Platform>(
         match w.state() {
             Some(State::Granted) => {
                 crate::crash_point!("acquire.granted_seen");
-                if claim_cas(slot, w, w.with_state(State::Held), bounded) {
+                let held = w.with_state(State::Held);
+                if claim_cas(slot, w, held, bounded) {
                     crate::crash_point!("acquire.claimed");
                     let (news, overtaken) = if bounded {
-                        after_claim(st, p, me, tuning)
+                        match after_claim(
+                            st,
+                            p,
+                            t,
+                            held,
+                            me,
+                            tuning,
+                            deadline,
+                            watch.as_deref_mut(),
+                        ) {
+                            AfterClaim::Held { news, overtaken } => (news, overtaken),
+                            AfterClaim::GaveUp => {
+                                return Err(watch.map_or(WaitError::Timeout, |w| w.stopped()));
+                            }
+                            AfterClaim::Lost => return Ok(Claim::Lost),
+                        }
                     } else {
                         (false, 0)
                     };

@@ -2,7 +2,7 @@
 //! `leased` flag) into its slot — or claims the ticket at once if it was granted in advance.
 
 use super::advance::{advance, cas};
-use super::barge::after_claim;
+use super::barge::{AfterClaim, after_claim};
 use super::claim::{claim_cas, claimed, stamp_owner, stamp_since};
 use super::lapped;
 use super::layout::LockState;
@@ -71,7 +71,11 @@ pub fn publish<P: Platform>(
                         // (review finding): in a bounded file every claim waits for a barger
                         // and takes a dead one's news, as `claim_granted_with` does.
                         let (news, overtaken) = if bounded {
-                            after_claim(st, p, me, tuning)
+                            match after_claim(st, p, t, held, me, tuning, deadline, Some(watch)) {
+                                AfterClaim::Held { news, overtaken } => (news, overtaken),
+                                AfterClaim::GaveUp => return Err(watch.stopped()),
+                                AfterClaim::Lost => return Ok(Published::Skipped),
+                            }
                         } else {
                             (false, 0)
                         };

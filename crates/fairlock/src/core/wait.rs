@@ -280,7 +280,7 @@ fn wait_for_grant<P: Platform>(
     // Whether to watch the holder's beacon (until the platform says it cannot).
     let mut beacons = true;
     loop {
-        let w = match claim_granted_with(st, p, t, me, tuning)? {
+        let w = match claim_granted_with(st, p, t, me, tuning, deadline, Some(&mut *watch))? {
             Claim::Held(g) => {
                 stamp_since(p, slot);
                 return Ok(Some(g));
