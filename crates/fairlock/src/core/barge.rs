@@ -235,37 +235,33 @@ pub fn end_barge<P: Platform>(
         if !is_barge(w, participant, count) {
             return false;
         }
-        // SeqCst: the first half of the barger's end of the second Dekker pair (module
-        // notes); also a release of the barge's critical section.
-        if st
-            .header()
-            .word
-            .compare_exchange(w.0, w.unheld().with_died(died).0, SeqCst, Relaxed)
-            .is_ok()
-        {
-            break;
+        if clear(st, p, w, died) {
+            return true;
         }
     }
-    crate::crash_point!("barge.ended");
-    wake_and_walk(st, p);
-    true
 }
 
 /// Revokes the dead barge that word `seen` shows, only if the word is still exactly `seen`
 /// (its counter included), so that the judgement of its entry was of this very word: a
 /// (holder, count) pair comes back after a drain. False if the word moved (judge again).
 pub fn revoke_seen<P: Platform>(st: &LockState<'_>, p: &P, seen: LockWord) -> bool {
-    if !(seen.held() && seen.barged()) {
-        return false;
-    }
+    seen.held() && seen.barged() && clear(st, p, seen, true)
+}
+
+/// Ends the barge word `w` shows if the word is still `w`: clears `H` with `D = died` (one
+/// `SeqCst` CAS), then [`wake_and_walk`]. False if the word moved.
+fn clear<P: Platform>(st: &LockState<'_>, p: &P, w: LockWord, died: bool) -> bool {
+    // SeqCst: the first half of the barger's end of the second Dekker pair (module notes);
+    // also a release of the barge's critical section.
     if st
         .header()
         .word
-        .compare_exchange(seen.0, seen.unheld().with_died(true).0, SeqCst, Relaxed)
+        .compare_exchange(w.0, w.unheld().with_died(died).0, SeqCst, Relaxed)
         .is_err()
     {
         return false;
     }
+    crate::crash_point!("barge.ended");
     wake_and_walk(st, p);
     true
 }
