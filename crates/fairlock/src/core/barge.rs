@@ -36,12 +36,17 @@
 //!
 //! # Failures
 //!
-//! A barger is a fast holder (`H`, its entry in `holder`): a dead one is revoked like one
-//! ([`end_barge`] with the news), the news going into `D`, which the grantee (after `H`
-//! cleared) or the next barger consumes. A grantee that dies while it waits for a barger is a
-//! dead `Held` ticket: revoked as usual once the barger is gone (walks grant nothing while `H`
-//! is set; the barger's end walks on). Barges publish no thread beacon: a waiter behind a
-//! barger polls its process's liveness, as behind a `FairMutex` holder.
+//! A barge is identified by its entry and the count its CAS set (nobody changes the count
+//! while it holds) — never by `head` or a ticket, which three review findings turned into two
+//! holders or a lock held for ever (see `docs/DESIGN.md`, "Bounded bypass"). A dead barger is
+//! revoked by the grantee's wait ([`end_barge`]) or by a recovery, with a CAS from the very word
+//! it judged ([`revoke_seen`]); the news goes into `D`, which the next claim or the next barger
+//! consumes. No barge goes ahead of a grant that carries a death's news (the first holder after
+//! a death must be told). A grantee that dies while it waits for a barger is a dead `Held`
+//! ticket: revoked as usual once the barger is gone (walks grant nothing while `H` is set; the
+//! barger's end walks on); one that gives up (deadline, interrupt) hands its ticket back
+//! ([`after_claim`]). Barges publish no thread beacon: a waiter behind a barger polls its
+//! process's liveness, as behind a `FairMutex` holder.
 
 use super::advance::advance;
 use super::layout::LockState;
