@@ -190,3 +190,34 @@ fn fairness_is_the_files_and_checked() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `inspect` (and `fairlock status`) shows a barge's own token, not the grant's before it.
+#[test]
+fn inspect_shows_a_barge_s_token() {
+    let dir = TempDir::new("bounded-inspect");
+    let path = dir.join("lock");
+    let lock = Arc::new(
+        FairLock::options()
+            .fairness(Fairness::Bounded(K))
+            .open(&path)
+            .unwrap(),
+    );
+    for _attempt in 0..50 {
+        let g = lock.lock().unwrap();
+        let l2 = lock.clone();
+        let waiter = std::thread::spawn(move || drop(l2.lock().unwrap()));
+        common::wait_for_waiters(&path, 1, Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(20)); // it parks
+        drop(g); // grants the sleeping waiter...
+        let g = lock.lock().unwrap(); // ...and barges ahead of it, unless it claimed first
+        let token = g.token();
+        let shown = fairlock::inspect(&path).unwrap().holder.map(|h| h.token);
+        drop(g);
+        waiter.join().unwrap();
+        if !token.is_multiple_of(512) {
+            assert_eq!(shown, Some(token), "the barge's token as status shows it");
+            return;
+        }
+    }
+    panic!("no barge in 50 attempts");
+}

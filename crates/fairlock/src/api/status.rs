@@ -197,9 +197,18 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         let t = if lw.queued() { v.head() } else { next }.wrapping_sub(1);
         let (stamp, since, tid) = v.fast_stamps();
         let stamped = stamp == t.wrapping_add(1);
+        // A barge's token carries its number among the barges ahead of `head`: the word's count
+        // since the head's arrival (if the head's slot still names it).
+        let h = t.wrapping_add(1);
+        let bypass = if lw.barged() && v.stamps(h).0 == h.wrapping_add(1) {
+            crate::core::barge::arrival(v.beacon_field(h))
+                .map_or(0, |a| crate::core::barge::since(lw.barges(), a) as u16)
+        } else {
+            0
+        };
         let info = TicketInfo {
             ticket: t,
-            token: crate::core::layout::token_of(g.kind.bypass_bound(), t, 0),
+            token: crate::core::layout::token_of(g.kind.bypass_bound(), t, bypass),
             state: State::Held.name(),
             pid: v.pid(lw.holder()).filter(|pid| *pid != 0),
             tid: stamped.then_some(tid),

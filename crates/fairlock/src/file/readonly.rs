@@ -37,6 +37,7 @@ const S_LEASE: usize = 8;
 const S_STAMP: usize = 16;
 const S_SINCE: usize = 24;
 const S_TID: usize = 32;
+const S_BEACON: usize = 36;
 const _: () = assert!(HEAD + 8 <= HEADER_SIZE && P_DEADLINE + 8 <= PARTICIPANT_SIZE);
 const _: () = assert!(S_TID + 4 <= SLOT_SIZE);
 
@@ -238,6 +239,12 @@ impl ReadOnlyView {
             self.u64_at(self.slot_at(t, S_SINCE)),
             self.u32_at(self.slot_at(t, S_TID)),
         )
+    }
+
+    /// The `beacon` field of ticket `t`'s slot (thread beacon and, in a bounded file, the
+    /// ticket's arrival count: see `core::barge`), valid for the ticket its stamp names.
+    pub fn beacon_field(&self, t: u64) -> u32 {
+        self.u32_at(self.slot_at(t, S_BEACON))
     }
 
     /// Participant `i`'s pid (as recorded by its claimer), if the entry exists.
