@@ -16,6 +16,9 @@ Every figure comes from this run; the competitors are measured in interleaved ro
   while a worker that had arrived earlier was still waiting (sorted by `acquire`, an
   acquisition with any later one of smaller `arrive`). "Out of token order" (fairlock): grants
   whose fencing token is not larger than the previous grant's; must be 0.
+* The machine's own noise, the control for those waits: one process per CPU that never sleeps
+  and takes no lock, for as long as all contended rounds of one lock took; the longest time
+  one of them was kept off its CPU.
 """
 
 import argparse
@@ -196,6 +199,53 @@ def contended(competitors: List[Competitor], d: str, rounds: int, seconds: float
     return results
 
 
+# -- the machine's own noise -----------------------------------------------------------------
+
+
+def _stall_meter(seconds: float, conn) -> None:
+    """Reads the clock in a loop for `seconds`; sends the longest gap between two readings
+    and how many gaps exceeded 1 ms."""
+    clock = time.monotonic_ns
+    last = clock()
+    end = last + int(seconds * 1e9)
+    longest, over_1ms = 0, 0
+    while last < end:
+        now = clock()
+        gap = now - last
+        if gap > longest:
+            longest = gap
+        if gap > 1_000_000:
+            over_1ms += 1
+        last = now
+    conn.send((longest, over_1ms))
+    conn.close()
+
+
+def noise_floor(seconds: float) -> dict:
+    """The control for the contended waits: one process per CPU, each never sleeping, no lock;
+    how long the machine kept one of them off its CPU at most (other programs, kernel threads).
+    A FIFO hand-off passes through every worker in turn, so its longest wait cannot be expected
+    below this."""
+    ctx = multiprocessing.get_context("fork")
+    pipes, procs = [], []
+    for _ in range(os.cpu_count() or 1):
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_stall_meter, args=(seconds, child))
+        p.start()
+        child.close()
+        pipes.append(parent)
+        procs.append(p)
+    results = [p.recv() for p in pipes]
+    for p in procs:
+        p.join()
+    return {
+        "processes": len(procs),
+        "seconds": seconds,
+        "longest": max(r[0] for r in results),
+        "over_1ms": sum(r[1] for r in results),
+    }
+
+
 # -- report --------------------------------------------------------------------------------
 
 
@@ -237,7 +287,7 @@ def commit() -> str:
         return "unknown"
 
 
-def report(competitors, un, co, args, loads) -> None:
+def report(competitors, un, co, noise, args, loads) -> None:
     fl = "fairlock"
     print(f"# Python: fairlock vs threading.Lock, filelock, portalocker, fasteners, diskcache.Lock\n")
     print(f"Commit `{commit()}`; {versions(competitors)}; {os.cpu_count()} CPUs; "
@@ -276,6 +326,12 @@ def report(competitors, un, co, args, loads) -> None:
         print(f"| {c.name} | {c.workers} | {c.waits} | {s['ops']:,.0f} | {s['min_share']:.1%} / {s['max_share']:.1%} | "
               f"{duration(s['p50'])} | {duration(s['p99'])} | {duration(s['max'])} | {s['out_of_order']:.1%} | {tokens} |")
     print()
+    print("## The machine's own noise (no lock)\n")
+    print(f"{noise['processes']} processes (one per CPU) that never sleep, reading the clock for "
+          f"{noise['seconds']:g} s each (as long as all contended rounds of one lock): the longest "
+          f"any was kept off its CPU was **{duration(noise['longest'])}**; "
+          f"{noise['over_1ms']} times longer than 1 ms. A FIFO hand-off passes through every "
+          f"worker in turn, so its longest wait cannot be expected below this.\n")
     if fl not in med:
         return
     print("## Ratios (the targets of issue 16)\n")
@@ -288,6 +344,8 @@ def report(competitors, un, co, args, loads) -> None:
         wait_ratio = summary[fl]["max"] / s["max"] if s["max"] else float("nan")
         print(f"| {c.name} | {med[c.name] / med[fl]:.3g}× | {wait_ratio:.3g}× | {summary[fl]['ops'] / s['ops']:.3g}× |")
     print()
+    print(f"fairlock's longest contended wait ÷ the machine's longest stall (above): "
+          f"{summary[fl]['max'] / noise['longest']:.3g}×.\n")
 
 
 def main() -> None:
@@ -304,9 +362,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fairlock-pybench-") as d:
         un = uncontended(competitors, d, args.rounds, args.seconds)
         loads.append(loadavg())
-        co = contended(competitors, d, 2 if args.quick else 4, args.contend_seconds, args.cs_us * 1000)
+        contended_rounds = 2 if args.quick else 4
+        co = contended(competitors, d, contended_rounds, args.contend_seconds, args.cs_us * 1000)
+    noise = noise_floor(contended_rounds * args.contend_seconds)
     loads.append(loadavg())
-    report(competitors, un, co, args, loads)
+    report(competitors, un, co, noise, args, loads)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ use loom::thread;
 fn tuning() -> Tuning {
     Tuning {
         spin_ns: 0,
+        spin_keep_cpu_ns: 0,
         head_poll_min_ns: 1,
         head_poll_ns: 1,
         idle_poll_ns: 1,

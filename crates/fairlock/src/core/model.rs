@@ -2,7 +2,7 @@
 //! dead, and waits that only yield. Used by unit tests, property tests, fuzzing and loom.
 
 use super::platform::{Liveness, Platform};
-use crate::primitive::{AtomicU64, Mutex, Ordering::Relaxed};
+use crate::primitive::{AtomicU64, Mutex, Ordering::Relaxed, yield_now};
 
 /// A scripted platform. Participants `0..64` can be declared dead. One lease lock stands for
 /// every participant's (it only serialises more than needed).
@@ -39,13 +39,6 @@ impl ModelPlatform {
             self.dead.fetch_and(!bit, Relaxed);
         }
     }
-}
-
-fn yield_now() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::thread::yield_now();
 }
 
 impl Platform for ModelPlatform {

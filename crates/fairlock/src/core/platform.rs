@@ -35,6 +35,11 @@ pub trait Platform {
     /// Sleeps a short while (a lapped waiter polling for its slot), never past `until`.
     fn pause(&self, until: Option<u64>);
 
+    /// Offers the CPU to another runnable thread (`sched_yield`), from a spinning waiter.
+    fn yield_cpu(&self) {
+        crate::primitive::yield_now();
+    }
+
     /// Whether participant `index` is alive. `index` comes from the shared file and may be
     /// anything; implementations must not trust it.
     fn liveness(&self, index: u32) -> Liveness;
@@ -82,6 +87,9 @@ pub enum Watched {
 pub struct Tuning {
     /// How long the next-in-line waiter spins before parking.
     pub spin_ns: u64,
+    /// How long of that spin keeps the CPU (in a file without a bypass bound); after it, the
+    /// spinner yields the CPU every 32 steps (see `wait::spin_while`).
+    pub spin_keep_cpu_ns: u64,
     /// How often the next-in-line waiter first checks the holder's liveness and lease while
     /// parked; the interval doubles at each check up to `head_poll_ns`.
     pub head_poll_min_ns: u64,
@@ -98,6 +106,7 @@ impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
             spin_ns: 50_000,
+            spin_keep_cpu_ns: 5_000,
             head_poll_min_ns: 100_000,
             head_poll_ns: 1_000_000,
             idle_poll_ns: 50_000_000,

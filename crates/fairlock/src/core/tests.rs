@@ -670,3 +670,97 @@ fn weighted_tickets_stay_consecutive_through_the_counter_s_wrap() {
         assert!(st.lock_word(Relaxed).queued());
     }
 }
+
+/// A [`ModelPlatform`] that records the clock at every [`Platform::yield_cpu`].
+struct YieldLog {
+    inner: ModelPlatform,
+    yields: std::sync::Mutex<Vec<u64>>,
+}
+
+impl Platform for YieldLog {
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
+    fn wait(&self, word: &crate::primitive::AtomicU64, expected: u32, until: Option<u64>) {
+        self.inner.wait(word, expected, until)
+    }
+    fn wake(&self, word: &crate::primitive::AtomicU64) {
+        self.inner.wake(word)
+    }
+    fn pause(&self, until: Option<u64>) {
+        self.inner.pause(until)
+    }
+    fn liveness(&self, index: u32) -> platform::Liveness {
+        self.inner.liveness(index)
+    }
+    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.inner.with_lease_lock(f)
+    }
+    fn yield_cpu(&self) {
+        let now = self.inner.now_ns();
+        self.yields.lock().unwrap().push(now);
+    }
+}
+
+/// The next in line waits for a holder that never lets go, until a deadline 40 µs away
+/// (the scripted clock moves 100 ns per reading); the clock readings at its yields.
+fn yields_while_next_in_line(st: &LockState<'_>, tuning: &Tuning) -> (u64, Vec<u64>) {
+    let p = YieldLog {
+        inner: ModelPlatform::new(100),
+        yields: std::sync::Mutex::new(Vec::new()),
+    };
+    let held = lock(st, &p, &me(1), None, tuning).unwrap();
+    let start = p.now_ns();
+    assert!(matches!(
+        lock(st, &p, &me(2), Some(start + 40_000), tuning),
+        Err(WaitError::Timeout)
+    ));
+    release(st, &p, &held, 1).unwrap();
+    let yields = p.yields.lock().unwrap().clone();
+    (start, yields)
+}
+
+#[test]
+fn a_long_spin_yields_the_cpu_after_keeping_it_a_while() {
+    // Regression (Python bench, 4 processes on 2 CPUs): two contenders that alternate never
+    // slept, and a process preempted before it took a ticket waited a scheduler tick (4 ms).
+    // The spin keeps its CPU for `spin_keep_cpu_ns`, then yields it now and then.
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let tuning = Tuning::default();
+    let (start, yields) = yields_while_next_in_line(&st, &tuning);
+    assert!(
+        yields.len() >= 10,
+        "a 40 µs spin yielded {} times",
+        yields.len()
+    );
+    let first = yields[0] - start;
+    assert!(
+        (tuning.spin_keep_cpu_ns..tuning.spin_keep_cpu_ns + 5_000).contains(&first),
+        "first yield {first} ns into the wait"
+    );
+    assert!(yields.iter().all(|&y| y < start + 45_000));
+}
+
+#[test]
+fn a_short_spin_keeps_the_cpu_and_a_bounded_file_s_spin_yields_at_once() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    // A spin shorter than the part that keeps the CPU never yields.
+    let short = Tuning {
+        spin_ns: 4_000,
+        ..Tuning::default()
+    };
+    let (_, yields) = yields_while_next_in_line(&st, &short);
+    assert_eq!(yields, Vec::<u64>::new());
+    // In a file with a bypass bound the spinner yields from the start.
+    let o = OwnedState::of_kind(8, 4, layout::RecordKind::bounded(4));
+    let st = o.view();
+    let (start, yields) = yields_while_next_in_line(&st, &Tuning::default());
+    assert!(!yields.is_empty());
+    assert!(
+        yields[0] - start < 5_000,
+        "first yield {} ns in",
+        yields[0] - start
+    );
+}
