@@ -201,6 +201,7 @@ class _Status(TypedDict, total=False):
     path: str
     kind: str
     permits: Optional[int]
+    bypass_bound: Optional[int]
     held: bool
     owner_pid: Optional[int]
     owner_tid: Optional[int]

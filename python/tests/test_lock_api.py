@@ -309,10 +309,10 @@ def test_status_has_the_keys_of_the_cli_json(lock_path):
     with lock:
         st = fairlock.status(lock_path)
         assert set(st) == {
-            "path", "kind", "permits", "held", "owner_pid", "owner_tid", "token", "next_ticket",
-            "waiters", "arriving", "lease_remaining_ms", "holder", "holders", "queue",
+            "path", "kind", "permits", "bypass_bound", "held", "owner_pid", "owner_tid", "token",
+            "next_ticket", "waiters", "arriving", "lease_remaining_ms", "holder", "holders", "queue",
         }
-        assert st["kind"] == "exclusive" and st["permits"] is None
+        assert st["kind"] == "exclusive" and st["permits"] is None and st["bypass_bound"] is None
         assert st["holders"] == [st["holder"]]
         assert st["held"] is True and st["path"] == lock_path
         assert st["owner_pid"] == os.getpid()

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use fairlock::{LockKind, Status, TicketInfo};
+use fairlock::{Fairness, LockKind, Status, TicketInfo};
 
 use crate::exit::{self, Failure};
 use crate::secs::human;
@@ -18,7 +18,8 @@ The file is only read (never locked, created or modified). JSON fields: path, he
 owner_pid, owner_tid, token, next_ticket, waiters (count), arriving, lease_remaining_ms,
 holder {ticket, token, state, pid, tid, alive, held_ms, lease_remaining_ms, owner_died,
 shared} or null, kind (exclusive, rwlock or semaphore), permits (a semaphore's, else null),
-holders [every holder, as holder: readers and permit holders hold together], queue
+bypass_bound (an exclusive lock created with a bounded bypass: the most times a waiter may be
+overtaken; null for strict FIFO), holders [every holder, as holder: readers and permit holders hold together], queue
 [{ticket, token, state, pid, tid, alive, waited_ms, shared}]; unknown values are null.
 A file of named locks prints {path, kind: names, names: [...]}, one such object per name,
 each starting with name (--name KEY: only that one).
@@ -107,6 +108,12 @@ fn lock_text(st: &Status) -> String {
             );
         }
         _ => {}
+    }
+    if let Fairness::Bounded(k) = st.fairness {
+        let _ = writeln!(
+            s,
+            "fairness:       bounded: a waiter may be overtaken up to {k} times"
+        );
     }
     if st.holders.is_empty() {
         s.push_str("holder:         none (free)\n");
@@ -268,11 +275,16 @@ fn lock_json(st: &Status) -> String {
         LockKind::Semaphore { permits } => Some(permits),
         _ => None,
     };
+    let bypass_bound = match st.fairness {
+        Fairness::Bounded(k) => Some(k),
+        _ => None,
+    };
     format!(
-        "{{{name}\"path\":{},\"kind\":{},\"permits\":{},\"held\":{},\"owner_pid\":{},\"owner_tid\":{},\"token\":{},\"next_ticket\":{},\"waiters\":{},\"arriving\":{},\"lease_remaining_ms\":{},\"holder\":{},\"holders\":[{}],\"queue\":[{}]}}",
+        "{{{name}\"path\":{},\"kind\":{},\"permits\":{},\"bypass_bound\":{},\"held\":{},\"owner_pid\":{},\"owner_tid\":{},\"token\":{},\"next_ticket\":{},\"waiters\":{},\"arriving\":{},\"lease_remaining_ms\":{},\"holder\":{},\"holders\":[{}],\"queue\":[{}]}}",
         string(&st.path.to_string_lossy()),
         string(st.kind.name()),
         num(permits),
+        num(bypass_bound),
         h.is_some(),
         num(h.and_then(|h| h.pid)),
         num(h.and_then(|h| h.tid)),

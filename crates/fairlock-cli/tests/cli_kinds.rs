@@ -294,3 +294,33 @@ fn named_locks_in_one_file_exclude_per_name_and_status_lists_them() {
     std::fs::write(d.join("go"), b"").unwrap();
     assert!(holder.wait().unwrap().success());
 }
+
+/// `fairlock status` says a file's bypass bound (a file made with `Fairness::Bounded` by a
+/// program using the library), in text and JSON; a strict file has `"bypass_bound":null`.
+#[test]
+fn status_shows_a_bounded_file_s_bound() {
+    let dir = TempDir::new("cli-kinds-bounded");
+    let d = dir.path();
+    let _b = fairlock::FairLock::options()
+        .fairness(fairlock::Fairness::Bounded(7))
+        .open(d.join("bounded.lock"))
+        .unwrap();
+    let st = json(d, "bounded.lock");
+    assert!(
+        st.contains("\"kind\":\"exclusive\",\"permits\":null,\"bypass_bound\":7,"),
+        "{st}"
+    );
+    assert!(st.contains("\"token\":512,"), "{st}");
+    let o = sh(d, "\"$FL\" status \"$D/bounded.lock\"");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("fairness:       bounded: a waiter may be overtaken up to 7 times\n"),
+        "{text}"
+    );
+    let o = sh(d, "\"$FL\" run \"$D/strict.lock\" true");
+    assert!(o.status.success(), "{}", err(&o));
+    let st = json(d, "strict.lock");
+    assert!(st.contains("\"bypass_bound\":null,"), "{st}");
+    let o = sh(d, "\"$FL\" status \"$D/strict.lock\"");
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("fairness:"));
+}

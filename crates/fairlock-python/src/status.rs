@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fairlock::{LockKind, Status, TicketInfo};
+use fairlock::{Fairness, LockKind, Status, TicketInfo};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -19,7 +19,9 @@ use crate::lock_object::LockPath;
 /// per name, each with a `name` key first. Otherwise:
 ///
 /// `path`, `kind` (`exclusive`, `rwlock` or `semaphore`), `permits` (a semaphore's, else
-/// `None`), `held`, `owner_pid`, `owner_tid`, `token` (the holder's, or the next grant's if
+/// `None`), `bypass_bound` (an exclusive lock whose file was created with a bounded bypass —
+/// `fairlock::Fairness::Bounded` in Rust: the most times a waiter may be overtaken; `None` for
+/// strict FIFO), `held`, `owner_pid`, `owner_tid`, `token` (the holder's, or the next grant's if
 /// free), `next_ticket`, `waiters`, `arriving`, `lease_remaining_ms`, `holder` (a dict: `ticket`,
 /// `token`, `state`, `pid`, `tid`, `alive`, `held_ms`, `lease_remaining_ms`, `owner_died`,
 /// `shared`; or `None`), `holders` (every holder, as `holder`: readers hold together) and
@@ -63,6 +65,13 @@ fn to_dict<'py>(py: Python<'py>, st: &Status) -> PyResult<Bound<'py, PyDict>> {
         "permits",
         match st.kind {
             LockKind::Semaphore { permits } => Some(permits),
+            _ => None,
+        },
+    )?;
+    d.set_item(
+        "bypass_bound",
+        match st.fairness {
+            Fairness::Bounded(k) => Some(k),
             _ => None,
         },
     )?;

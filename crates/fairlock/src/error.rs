@@ -293,8 +293,14 @@ impl fmt::Display for Error {
                 wanted,
             } => write!(
                 f,
-                "{}: holds a {found}, not the {wanted} asked for; left untouched",
-                path.display()
+                "{}: holds {} {found}, not the {wanted} asked for; left untouched",
+                path.display(),
+                // "an exclusive lock", "a semaphore of 2 permits", "a reader/writer lock"
+                if found.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                }
             ),
             Error::DataMismatch { path, wanted, what } => write!(
                 f,

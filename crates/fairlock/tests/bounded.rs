@@ -221,3 +221,61 @@ fn inspect_shows_a_barge_s_token() {
     }
     panic!("no barge in 50 attempts");
 }
+
+#[test]
+fn inspect_reports_the_file_s_fairness() {
+    let dir = TempDir::new("bounded-fairness");
+    let bounded = dir.join("bounded");
+    let strict = dir.join("strict");
+    let _b = FairLock::options()
+        .fairness(Fairness::Bounded(K))
+        .open(&bounded)
+        .unwrap();
+    let _s = FairLock::open(&strict).unwrap();
+    assert_eq!(
+        fairlock::inspect(&bounded).unwrap().fairness,
+        Fairness::Bounded(K)
+    );
+    assert_eq!(
+        fairlock::inspect(&strict).unwrap().fairness,
+        Fairness::Strict
+    );
+}
+
+/// `Status::token` of a free lock is the smallest token the next grant can carry: in a bounded
+/// file `(next ticket + 1) · 512`, not `next ticket + 1` (which every later token exceeds, but
+/// by far).
+#[test]
+fn a_free_bounded_lock_s_status_token_is_the_next_grant_s() {
+    let dir = TempDir::new("bounded-next-token");
+    for (file, fairness) in [("b", Fairness::Bounded(K)), ("s", Fairness::Strict)] {
+        let path = dir.join(file);
+        let lock = FairLock::options().fairness(fairness).open(&path).unwrap();
+        for _ in 0..3 {
+            let next = fairlock::inspect(&path).unwrap().token();
+            let g = lock.lock().unwrap();
+            assert_eq!(g.token(), next, "{fairness:?}");
+            assert_eq!(fairlock::inspect(&path).unwrap().token(), next);
+        }
+    }
+}
+
+/// Opening a bounded file as a strict one says what the file holds, in English.
+#[test]
+fn a_fairness_mismatch_names_both_bounds() {
+    let dir = TempDir::new("bounded-mismatch-message");
+    let path = dir.join("lock");
+    let _b = FairLock::options()
+        .fairness(Fairness::Bounded(K))
+        .open(&path)
+        .unwrap();
+    let e = FairLock::open(&path).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: holds an exclusive lock bounded to {K} bypasses, not the exclusive lock asked \
+             for; left untouched",
+            path.display()
+        )
+    );
+}

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::api::options::Fairness;
 use crate::core::frontier::{before, first_unfinished};
 use crate::core::layout::{Kind, RecordKind};
 use crate::core::lease::Lease;
@@ -19,7 +20,9 @@ use crate::sys::clock;
 pub struct TicketInfo {
     /// The ticket number.
     pub ticket: u64,
-    /// The fencing token a grant of this ticket carries (`ticket + 1`).
+    /// The fencing token a grant of this ticket carries: `ticket + 1`, or in a file with a
+    /// bypass bound ([`Fairness::Bounded`]) `(ticket + 1) · 512`, plus a barge's number among
+    /// the barges since the queue's head arrived.
     pub token: u64,
     /// Its state: `held`, `granted`, `ready`, `waiting` or `sleeping`.
     pub state: &'static str,
@@ -90,6 +93,10 @@ pub struct Status {
     pub name: Option<String>,
     /// The kind of lock ([`LockKind::Names`] for a file of named locks).
     pub kind: LockKind,
+    /// The exclusive lock's fairness, fixed when its file was created
+    /// ([`OpenOptions::fairness`](crate::OpenOptions::fairness)): [`Fairness::Bounded`] with
+    /// its bound, or [`Fairness::Strict`] (also for the other kinds and a file of names).
+    pub fairness: Fairness,
     /// Tickets handed out so far.
     pub next_ticket: u64,
     /// The holder (or the ticket granted and about to claim), if any; for a reader/writer lock
@@ -111,9 +118,14 @@ impl Status {
     /// The holder's fencing token, or if the lock is free, the smallest token the next grant
     /// can carry.
     pub fn token(&self) -> u64 {
-        self.holder
-            .as_ref()
-            .map_or(self.next_ticket.wrapping_add(1), |h| h.token)
+        let bound = match self.fairness {
+            Fairness::Bounded(k) => k,
+            _ => 0,
+        };
+        self.holder.as_ref().map_or(
+            crate::core::layout::token_of(bound, self.next_ticket, 0),
+            |h| h.token,
+        )
     }
 }
 
@@ -130,6 +142,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Status> {
             path: path.to_path_buf(),
             name: None,
             kind: LockKind::Names,
+            fairness: Fairness::Strict,
             next_ticket: 0,
             holder: None,
             holders: Vec::new(),
@@ -168,6 +181,10 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         path: path.to_path_buf(),
         name: None,
         kind: LockKind::of(g.kind),
+        fairness: match g.kind.bypass_bound() {
+            0 => Fairness::Strict,
+            k => Fairness::Bounded(k),
+        },
         next_ticket: next,
         holder: None,
         holders: Vec::new(),
