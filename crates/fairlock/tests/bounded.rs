@@ -23,12 +23,45 @@ fn dawdle() {
 #[test]
 fn eight_threads_on_a_bounded_lock_keep_exclusion_token_order_and_the_bound() {
     let dir = TempDir::new("bounded-threads");
-    let lock = Arc::new(
-        FairLock::options()
-            .fairness(Fairness::Bounded(K))
-            .open(dir.join("lock"))
-            .unwrap(),
-    );
+    let lock = FairLock::options()
+        .fairness(Fairness::Bounded(K))
+        .open(dir.join("lock"))
+        .unwrap();
+    eight_threads_keep_exclusion_token_order_and_the_bound(lock);
+}
+
+/// A named lock with a bound (each name's record carries its own kind) behaves as a file's,
+/// next to a strict name in the same file; `inspect` reports each name's fairness.
+#[test]
+fn a_named_lock_with_a_bound_keeps_it_next_to_a_strict_name() {
+    let dir = TempDir::new("bounded-named");
+    let path = dir.join("names");
+    let bounded = FairLock::options()
+        .name("bounded")
+        .fairness(Fairness::Bounded(K))
+        .open(&path)
+        .unwrap();
+    let _strict = FairLock::options().name("strict").open(&path).unwrap();
+    assert!(matches!(
+        FairLock::options().name("bounded").open(&path),
+        Err(Error::KindMismatch { .. })
+    ));
+    let st = fairlock::inspect(&path).unwrap();
+    let fairness = |n: &str| {
+        st.names
+            .iter()
+            .find(|s| s.name.as_deref() == Some(n))
+            .map(|s| s.fairness)
+    };
+    assert_eq!(fairness("bounded"), Some(Fairness::Bounded(K)));
+    assert_eq!(fairness("strict"), Some(Fairness::Strict));
+    eight_threads_keep_exclusion_token_order_and_the_bound(bounded);
+}
+
+/// 8 threads × 4000 short sections on `lock` (bounded to `K`): never two holders, tokens rising
+/// in grant order, nobody overtaken more than `K` times, and some barges.
+fn eight_threads_keep_exclusion_token_order_and_the_bound(lock: FairLock) {
+    let lock = Arc::new(lock);
     let inside = Arc::new(AtomicBool::new(false));
     let log = Arc::new(Mutex::new(Vec::new()));
     let worst = Arc::new(AtomicU32::new(0));
