@@ -16,9 +16,9 @@ Every figure comes from this run; the competitors are measured in interleaved ro
   while a worker that had arrived earlier was still waiting (sorted by `acquire`, an
   acquisition with any later one of smaller `arrive`). "Out of token order" (fairlock): grants
   whose fencing token is not larger than the previous grant's; must be 0.
-* The machine's own noise, the control for those waits: one process per CPU that never sleeps
-  and takes no lock, for as long as all contended rounds of one lock took; the longest time
-  one of them was kept off its CPU.
+* The machine's own stalls, the control for those waits, in rounds interleaved with the
+  contended ones: one process per CPU that never sleeps and takes no lock; the longest time one
+  of them was kept off its CPU, and how often for over 1 ms.
 """
 
 import argparse
@@ -192,10 +192,19 @@ def analyse(logs: List[array], seconds: float) -> dict:
     }
 
 
+NOISE = "(no lock: the control)"
+
+
 def contended(competitors: List[Competitor], d: str, rounds: int, seconds: float, cs_ns: int) -> Dict[str, List[dict]]:
+    """Every competitor's rounds and, interleaved with them as one more entry, the rounds of
+    the control (`noise_round`), under the key `NOISE`."""
     results: Dict[str, List[dict]] = {c.name: [] for c in competitors}
-    for c in interleaved(competitors, rounds):
-        results[c.name].append(analyse(contended_round(c, d, seconds, cs_ns), seconds))
+    results[NOISE] = []
+    for c in interleaved(list(competitors) + [None], rounds):
+        if c is None:
+            results[NOISE].append(noise_round(seconds))
+        else:
+            results[c.name].append(analyse(contended_round(c, d, seconds, cs_ns), seconds))
     return results
 
 
@@ -221,14 +230,15 @@ def _stall_meter(seconds: float, conn) -> None:
     conn.close()
 
 
-def noise_floor(seconds: float) -> dict:
-    """The control for the contended waits: one process per CPU, each never sleeping, no lock;
-    how long the machine kept one of them off its CPU at most (other programs, kernel threads).
-    A FIFO hand-off passes through every worker in turn, so its longest wait cannot be expected
-    below this."""
+def noise_round(seconds: float) -> dict:
+    """The control for the contended waits, one round of it: one process per CPU this process
+    may run on, each never sleeping and taking no lock, for `seconds`; how long the machine
+    (other programs, kernel threads) kept one of them off its CPU at most, and how often for
+    over 1 ms. A worker stalled like that while it waits has waited at least that long, and
+    with FIFO so has everyone queued behind it."""
     ctx = multiprocessing.get_context("fork")
     pipes, procs = [], []
-    for _ in range(os.cpu_count() or 1):
+    for _ in range(len(os.sched_getaffinity(0))):
         parent, child = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_stall_meter, args=(seconds, child))
         p.start()
@@ -240,7 +250,6 @@ def noise_floor(seconds: float) -> dict:
         p.join()
     return {
         "processes": len(procs),
-        "seconds": seconds,
         "longest": max(r[0] for r in results),
         "over_1ms": sum(r[1] for r in results),
     }
@@ -287,7 +296,7 @@ def commit() -> str:
         return "unknown"
 
 
-def report(competitors, un, co, noise, args, loads) -> None:
+def report(competitors, un, co, args, loads) -> None:
     fl = "fairlock"
     print(f"# Python: fairlock vs threading.Lock, filelock, portalocker, fasteners, diskcache.Lock\n")
     print(f"Commit `{commit()}`; {versions(competitors)}; {os.cpu_count()} CPUs; "
@@ -326,12 +335,16 @@ def report(competitors, un, co, noise, args, loads) -> None:
         print(f"| {c.name} | {c.workers} | {c.waits} | {s['ops']:,.0f} | {s['min_share']:.1%} / {s['max_share']:.1%} | "
               f"{duration(s['p50'])} | {duration(s['p99'])} | {duration(s['max'])} | {s['out_of_order']:.1%} | {tokens} |")
     print()
-    print("## The machine's own noise (no lock)\n")
-    print(f"{noise['processes']} processes (one per CPU) that never sleep, reading the clock for "
-          f"{noise['seconds']:g} s each (as long as all contended rounds of one lock): the longest "
-          f"any was kept off its CPU was **{duration(noise['longest'])}**; "
-          f"{noise['over_1ms']} times longer than 1 ms. A FIFO hand-off passes through every "
-          f"worker in turn, so its longest wait cannot be expected below this.\n")
+    noise = co[NOISE]
+    longest = max(r["longest"] for r in noise)
+    print("## The machine's own stalls (no lock: the control)\n")
+    print(f"Interleaved with the contended rounds, {len(noise)} rounds of {args.contend_seconds:g} s: "
+          f"{noise[0]['processes']} processes (one per CPU) that never sleep and take no lock, "
+          f"reading the clock. The longest any was kept off its CPU: **{duration(longest)}** "
+          f"(per round: {', '.join(duration(r['longest']) for r in noise)}); "
+          f"{sum(r['over_1ms'] for r in noise)} stalls over 1 ms in all. A worker stalled like "
+          f"that while it waits has waited at least that long, whatever the lock; with FIFO, so "
+          f"has everyone queued behind it.\n")
     if fl not in med:
         return
     print("## Ratios (the targets of issue 16)\n")
@@ -345,7 +358,7 @@ def report(competitors, un, co, noise, args, loads) -> None:
         print(f"| {c.name} | {med[c.name] / med[fl]:.3g}× | {wait_ratio:.3g}× | {summary[fl]['ops'] / s['ops']:.3g}× |")
     print()
     print(f"fairlock's longest contended wait ÷ the machine's longest stall (above): "
-          f"{summary[fl]['max'] / noise['longest']:.3g}×.\n")
+          f"{summary[fl]['max'] / longest:.3g}×.\n")
 
 
 def main() -> None:
@@ -362,11 +375,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fairlock-pybench-") as d:
         un = uncontended(competitors, d, args.rounds, args.seconds)
         loads.append(loadavg())
-        contended_rounds = 2 if args.quick else 4
-        co = contended(competitors, d, contended_rounds, args.contend_seconds, args.cs_us * 1000)
-    noise = noise_floor(contended_rounds * args.contend_seconds)
+        co = contended(competitors, d, 2 if args.quick else 4, args.contend_seconds, args.cs_us * 1000)
     loads.append(loadavg())
-    report(competitors, un, co, noise, args, loads)
+    report(competitors, un, co, args, loads)
 
 
 if __name__ == "__main__":

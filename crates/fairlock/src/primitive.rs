@@ -32,8 +32,9 @@ pub(crate) fn yield_now() {
 /// its `snooze` turns into `sched_yield` after a few steps, and measurements here showed the
 /// "spinning" waiter then mostly yielding (one `sched_yield` and a context switch per
 /// acquisition), which cost contended throughput an order of magnitude (4 threads, 100 ns
-/// sections). The waiter keeps its CPU for `Tuning::spin_keep_cpu_ns` before it yields
-/// (see `core::wait::spin_while`).
+/// sections). In a strict file the waiter keeps its CPU for `Tuning::spin_keep_cpu_ns`
+/// before it yields; in a file with a bypass bound it yields from the start (see
+/// `core::wait::spin_while`).
 #[inline]
 pub(crate) fn spin_step() {
     #[cfg(loom)]

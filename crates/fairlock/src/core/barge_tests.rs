@@ -444,6 +444,9 @@ impl Platform for Gated {
     fn now_ns(&self) -> u64 {
         self.inner.now_ns()
     }
+    fn yield_cpu(&self) {
+        self.inner.yield_cpu();
+    }
     fn wait(&self, w: &crate::primitive::AtomicU64, e: u32, u: Option<u64>) {
         self.inner.wait(w, e, u)
     }
@@ -569,6 +572,9 @@ struct WatchGate {
 impl Platform for WatchGate {
     fn now_ns(&self) -> u64 {
         self.inner.now_ns()
+    }
+    fn yield_cpu(&self) {
+        self.inner.yield_cpu();
     }
     fn wait(&self, w: &crate::primitive::AtomicU64, e: u32, u: Option<u64>) {
         self.inner.wait(w, e, u)
@@ -816,6 +822,9 @@ impl<'a> WakeHook<'a> {
 impl Platform for WakeHook<'_> {
     fn now_ns(&self) -> u64 {
         self.inner.now_ns()
+    }
+    fn yield_cpu(&self) {
+        self.inner.yield_cpu();
     }
     fn wait(&self, w: &crate::primitive::AtomicU64, e: u32, u: Option<u64>) {
         self.inner.wait(w, e, u)

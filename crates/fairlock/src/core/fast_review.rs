@@ -43,6 +43,9 @@ impl Platform for Hooked<'_> {
     fn now_ns(&self) -> u64 {
         self.inner.now_ns()
     }
+    fn yield_cpu(&self) {
+        self.inner.yield_cpu();
+    }
     fn wait(&self, word: &AtomicU64, expected: u32, until: Option<u64>) {
         self.inner.wait(word, expected, until);
     }

@@ -35,7 +35,9 @@ pub trait Platform {
     /// Sleeps a short while (a lapped waiter polling for its slot), never past `until`.
     fn pause(&self, until: Option<u64>);
 
-    /// Offers the CPU to another runnable thread (`sched_yield`), from a spinning waiter.
+    /// Offers the CPU to another runnable thread, from a spinning waiter, and returns
+    /// promptly (`sched_yield` in production; by default a yield of loom's scheduler under
+    /// loom, of the OS's otherwise). Test platforms may count the calls.
     fn yield_cpu(&self) {
         crate::primitive::yield_now();
     }
@@ -88,7 +90,8 @@ pub struct Tuning {
     /// How long the next-in-line waiter spins before parking.
     pub spin_ns: u64,
     /// How long of that spin keeps the CPU (in a file without a bypass bound); after it, the
-    /// spinner yields the CPU every 32 steps (see `wait::spin_while`).
+    /// spinner yields the CPU every 32 steps (see `wait::spin_while`). At least `spin_ns`:
+    /// never yields.
     pub spin_keep_cpu_ns: u64,
     /// How often the next-in-line waiter first checks the holder's liveness and lease while
     /// parked; the interval doubles at each check up to `head_poll_ns`.
