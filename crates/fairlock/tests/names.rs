@@ -221,6 +221,53 @@ fn unused_names_space_is_reused_and_tokens_keep_rising() {
     assert!(st.names.len() <= 32);
 }
 
+/// A name's tokens keep rising across reuse when it comes back with another fairness: a
+/// bounded name's tokens are `(ticket + 1) · 512`, so a floor kept in tickets let the name,
+/// re-created strict, start at tokens far below its last (review of issue 15's bounded bypass
+/// with named locks: 1536, then 4). Both ways round, several times.
+#[test]
+fn a_name_back_with_another_fairness_keeps_its_tokens_rising() {
+    let dir = TempDir::new("names-reuse-fairness");
+    let path = dir.join("names.lock");
+    let mut last_token = 0;
+    for round in 0..6 {
+        let fairness = if round % 2 == 0 {
+            fairlock::Fairness::Bounded(4)
+        } else {
+            fairlock::Fairness::Strict
+        };
+        let x = FairLock::options()
+            .name("x")
+            .name_capacity(8)
+            .fairness(fairness)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        for _ in 0..3 {
+            let t = x.lock().unwrap().token();
+            assert!(
+                t > last_token,
+                "round {round} ({fairness:?}): token {t} after {last_token}"
+            );
+            last_token = t;
+        }
+        drop(x);
+        // Other names, each opened and dropped, until "x" is reclaimed.
+        for i in 0.. {
+            assert!(i < 100, "x never reclaimed");
+            drop(
+                FairLock::options()
+                    .name(format!("other-{round}-{i}"))
+                    .open(&path)
+                    .unwrap(),
+            );
+            let st = fairlock::inspect(&path).unwrap();
+            if !st.names.iter().any(|n| n.name.as_deref() == Some("x")) {
+                break;
+            }
+        }
+    }
+}
+
 #[test]
 fn names_in_use_are_never_reclaimed_and_a_full_file_says_so() {
     if role().is_some() {

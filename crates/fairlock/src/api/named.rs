@@ -336,8 +336,12 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
                 }
                 let generation = names::begin_create(&nf.map, record, key, hash);
                 crate::crash_point!("names.creating");
-                nf.map
-                    .write_image(record, kind, h.ticket_floor.load(Relaxed), false);
+                // Tickets start where every token is above those of reclaimed records.
+                let first = crate::core::layout::first_ticket_above(
+                    kind.bypass_bound(),
+                    h.token_floor.load(Relaxed),
+                );
+                nf.map.write_image(record, kind, first, false);
                 let word = names::publish(&nf.map, record, generation);
                 if was_empty {
                     h.occupied.store(occupied.saturating_add(1), Relaxed);
@@ -381,9 +385,12 @@ fn sweep(nf: &NamesFile) -> Result<()> {
         let in_use = nf.record_in_use(r);
         if !in_use {
             // Relaxed: under the names lock.
-            let floor = h.ticket_floor.load(Relaxed);
-            h.ticket_floor
-                .store(floor.max(nf.map.record_next_ticket(r)), Relaxed);
+            let floor = h.token_floor.load(Relaxed);
+            // A record whose kind cannot be read is taken for a bounded one: the higher
+            // ceiling, so tokens rise whatever it was.
+            let bound = nf.map.record_kind(r).map_or(1, |k| k.bypass_bound());
+            let ceiling = crate::core::layout::token_ceiling(bound, nf.map.record_next_ticket(r));
+            h.token_floor.store(floor.max(ceiling), Relaxed);
         }
         names::finish_reclaim(&nf.map, r, word, in_use);
     }

@@ -54,6 +54,31 @@ pub fn token_of(bound: u32, t: u64, bypass: u16) -> u64 {
     }
 }
 
+/// A ceiling of the tokens a lock with bypass bound `bound` has granted while its counter
+/// was at most `next`: one below the first token ticket `next` could carry — `next` without a
+/// bound, `(next + 1) · 2^9 − 1` with one (a ticket `t < next` carries `(t + 1) · 2^9`, a barge
+/// ahead of a head `h < next` `h · 2^9 + j`). Saturating.
+pub fn token_ceiling(bound: u32, next: u64) -> u64 {
+    if bound == 0 {
+        next
+    } else {
+        next.saturating_add(1)
+            .saturating_mul(1 << TOKEN_SHIFT)
+            .saturating_sub(1)
+    }
+}
+
+/// The first ticket of a lock with bypass bound `bound` whose every token is above `floor`
+/// (a token ceiling, [`token_ceiling`]): `floor` without a bound (tokens `ticket + 1`),
+/// `floor / 2^9` with one (tokens from `(ticket + 1) · 2^9`).
+pub fn first_ticket_above(bound: u32, floor: u64) -> u64 {
+    if bound == 0 {
+        floor
+    } else {
+        floor >> TOKEN_SHIFT
+    }
+}
+
 /// The largest bypass bound of an exclusive lock (`Fairness::Bounded(k)`): a barge's token
 /// carries its bypass count in the low [`TOKEN_SHIFT`] bits, and the lock word counts barges
 /// modulo 2^10 (see [`crate::core::barge`]).

@@ -63,10 +63,15 @@ pub struct NamesHeader {
     pub process_count: AtomicU32,
     /// The boot id of the boot that initialised the file (as in a file of one lock).
     pub boot_id: [AtomicU64; 2],
-    /// Under the names lock: the highest `next_ticket` of any record reclaimed so far; a
-    /// record is (re)created with its tickets starting here, so a name's fencing tokens keep
-    /// rising even when its record was reclaimed and the name created again elsewhere.
-    pub ticket_floor: AtomicU64,
+    /// Under the names lock: no token that any record reclaimed so far could have granted is
+    /// above this ([`layout::token_ceiling`](crate::core::layout::token_ceiling)); a record is
+    /// (re)created with its tickets starting at the first whose tokens are all above it
+    /// ([`layout::first_ticket_above`](crate::core::layout::first_ticket_above)), so a name's
+    /// fencing tokens keep rising even when its record was reclaimed and the name created
+    /// again elsewhere, with another fairness or not. (Kept in tokens, not tickets: a bounded
+    /// record's tokens are `(ticket + 1) · 512`. For records without a bound the two are the
+    /// same number, the highest `next_ticket`.)
+    pub token_floor: AtomicU64,
     /// Under the names lock: records not `EMPTY` (used, free, being created or reclaimed).
     pub occupied: AtomicU64,
     /// Under the names lock: `occupied` right after the last sweep (reclaiming unused names).
@@ -273,7 +278,7 @@ const _: () = {
     assert!(offset_of!(NamesHeader, kind) == 40);
     assert!(offset_of!(NamesHeader, process_count) == 44);
     assert!(offset_of!(NamesHeader, boot_id) == 48);
-    assert!(offset_of!(NamesHeader, ticket_floor) == 64);
+    assert!(offset_of!(NamesHeader, token_floor) == 64);
     assert!(offset_of!(NamesHeader, occupied) == 72);
     assert!(offset_of!(NamesHeader, swept_at) == 80);
     assert!(offset_of!(NamesHeader, records_offset) == 88);

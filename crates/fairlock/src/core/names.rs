@@ -21,14 +21,14 @@
 //!   left so by a holder that died: `Creating` is reused, `Reclaiming` made `Used` again.
 //! * **Reuse**: a `Used` record none of whose participant entries has a live owner has no
 //!   holder and no waiter (owners are alive only while their process's beacon is held); the
-//!   reclaimer makes it `Free` (a later creator reuses it) and raises the file's ticket floor
-//!   to its `next_ticket`. Compaction makes a `Free`
+//!   reclaimer makes it `Free` (a later creator reuses it) and raises the file's token floor
+//!   to the highest token it could have granted (`layout::token_ceiling`). Compaction makes a `Free`
 //!   record `Empty` when no `Used` record's probe sequence passes it, so lookups of absent names
 //!   stay short.
 //!
 //! Orderings: the creator writes the key and the lock image with `Relaxed` stores and
 //! publishes them with the `Release` store of the `Used` word; lookups load the state word
-//! with `Acquire`. Fields of the header (`occupied`, `ticket_floor`, `swept_at`) are read and
+//! with `Acquire`. Fields of the header (`occupied`, `token_floor`, `swept_at`) are read and
 //! written only under the names lock, which orders them (`Relaxed`).
 
 use crate::core::Liveness;

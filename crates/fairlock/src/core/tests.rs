@@ -768,3 +768,32 @@ fn a_short_spin_keeps_the_cpu_and_a_bounded_file_s_spin_yields_at_once() {
         yields[0] - start
     );
 }
+
+#[test]
+fn token_ceilings_and_first_tickets_above_them_keep_tokens_rising() {
+    use super::layout::{first_ticket_above, token_ceiling, token_of};
+    for bound in [0u32, 1, 4, 511] {
+        for next in [0u64, 1, 2, 3, 511, 512, 513, 1 << 20] {
+            let ceiling = token_ceiling(bound, next);
+            // Every token granted before `next`: tickets below it, and barges ahead of a head
+            // `h < next`, which take `h · 512 + j` = `token_of(bound, h − 1, j)`.
+            if let Some(last) = next.checked_sub(1) {
+                assert!(token_of(bound, last, 0) <= ceiling);
+                if bound != 0 && last > 0 {
+                    assert!(token_of(bound, last - 1, bound as u16) <= ceiling);
+                }
+            }
+            for other in [0u32, 1, 511] {
+                let first = first_ticket_above(other, ceiling);
+                assert!(
+                    token_of(other, first, 0) > ceiling,
+                    "bound {bound} next {next} -> bound {other}"
+                );
+                // The first such ticket: the one before it is not above.
+                if let Some(before) = first.checked_sub(1) {
+                    assert!(token_of(other, before, 0) <= ceiling);
+                }
+            }
+        }
+    }
+}
