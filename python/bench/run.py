@@ -200,7 +200,10 @@ def contended(competitors: List[Competitor], d: str, rounds: int, seconds: float
     the control (`noise_round`), under the key `NOISE`."""
     results: Dict[str, List[dict]] = {c.name: [] for c in competitors}
     results[NOISE] = []
-    for c in interleaved(list(competitors) + [None], rounds):
+    # The control in the middle of the order, so that the reversed passes do not put two of
+    # its rounds back to back.
+    half = len(competitors) // 2
+    for c in interleaved(list(competitors[:half]) + [None] + list(competitors[half:]), rounds):
         if c is None:
             results[NOISE].append(noise_round(seconds))
         else:
@@ -299,7 +302,7 @@ def commit() -> str:
 def report(competitors, un, co, args, loads) -> None:
     fl = "fairlock"
     print(f"# Python: fairlock vs threading.Lock, filelock, portalocker, fasteners, diskcache.Lock\n")
-    print(f"Commit `{commit()}`; {versions(competitors)}; {os.cpu_count()} CPUs; "
+    print(f"Commit `{commit()}`; {versions(competitors)}; {len(os.sched_getaffinity(0))} CPUs; "
           f"{'--quick' if args.quick else 'full'} run: {args.rounds} interleaved rounds, "
           f"uncontended {args.seconds} s per round, contended {WORKERS} workers x "
           f"{args.contend_seconds} s per round, critical section {args.cs_us} µs (busy).\n")

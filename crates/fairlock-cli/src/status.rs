@@ -19,8 +19,9 @@ owner_pid, owner_tid, token, next_ticket, waiters (count), arriving, lease_remai
 holder {ticket, token, state, pid, tid, alive, held_ms, lease_remaining_ms, owner_died,
 shared} or null, kind (exclusive, rwlock or semaphore), permits (a semaphore's, else null),
 bypass_bound (an exclusive lock created with a bounded bypass: the most times a waiter may be
-overtaken; null for strict FIFO), holders [every holder, as holder: readers and permit holders hold together], queue
-[{ticket, token, state, pid, tid, alive, waited_ms, shared}]; unknown values are null.
+overtaken; null for strict FIFO), holders [every holder, as holder: readers and permit
+holders hold together], queue [{ticket, token, state, pid, tid, alive, waited_ms, shared}];
+unknown values are null.
 A file of named locks prints {path, kind: names, names: [...]}, one such object per name,
 each starting with name (--name KEY: only that one).
 alive: false means the process is dead; the next acquire passes it over. shared: a reader

@@ -19,7 +19,7 @@ use crate::lock_object::LockPath;
 /// per name, each with a `name` key first. Otherwise:
 ///
 /// `path`, `kind` (`exclusive`, `rwlock` or `semaphore`), `permits` (a semaphore's, else
-/// `None`), `bypass_bound` (an exclusive lock whose file was created with a bounded bypass —
+/// `None`), `bypass_bound` (an exclusive lock created with a bounded bypass —
 /// `fairlock::Fairness::Bounded` in Rust: the most times a waiter may be overtaken; `None` for
 /// strict FIFO), `held`, `owner_pid`, `owner_tid`, `token` (the holder's, or the next grant's if
 /// free), `next_ticket`, `waiters`, `arriving`, `lease_remaining_ms`, `holder` (a dict: `ticket`,

@@ -273,6 +273,18 @@ fn inspect_reports_the_file_s_fairness() {
         fairlock::inspect(&strict).unwrap().fairness,
         Fairness::Strict
     );
+    // The other kinds, and the top level of a file of names, are strict.
+    let (rw, sem, names) = (dir.join("rw"), dir.join("sem"), dir.join("names"));
+    let _rw = fairlock::FairRwLock::open(&rw).unwrap();
+    let _sem = fairlock::FairSemaphore::open(&sem, 3).unwrap();
+    let _n = FairLock::options().name("a").open(&names).unwrap();
+    for p in [&rw, &sem, &names] {
+        assert_eq!(
+            fairlock::inspect(p).unwrap().fairness,
+            Fairness::Strict,
+            "{p:?}"
+        );
+    }
 }
 
 /// `Status::token` of a free lock is the smallest token the next grant can carry: in a bounded

@@ -1,7 +1,8 @@
 //! A leased `try_lock` of a free bounded lock takes a ticket that its own walk grants at once
 //! (`Ready`, `advance.ready`), then claims it. Stopped in between (SIGSTOP), nobody barges ahead
-//! of that ticket — barges go only ahead of a `Granted` head, whose waiter published its
-//! arrival — so a `lock()` meanwhile waits until the grace passes the stalled pre-grant over;
+//! of that ticket — a barge needs a `Granted` head whose waiter published its arrival, and a
+//! pre-granted ticket has neither — so a `lock()` meanwhile waits until the grace passes the
+//! stalled pre-grant over;
 //! continued, the `try_lock` finds its ticket skipped and answers `WouldBlock` (the lock is
 //! held), not `Timeout`, and the lock stays whole.
 #![cfg(feature = "__test-crash-points")]

@@ -34,8 +34,9 @@ pub enum Fairness {
     /// ([`LockGuard::token`](crate::LockGuard::token)), and each grant tells how often its
     /// waiter was overtaken ([`LockGuard::overtaken`](crate::LockGuard::overtaken)).
     ///
-    /// The bound is a property of the lock file, fixed when the file is created: opening an
-    /// existing file with another fairness is refused with [`Error::KindMismatch`]. Only
+    /// The bound is a property of the lock, fixed when it is created (its file; for a named
+    /// lock, its name's record, until the name is reclaimed): opening it with another fairness
+    /// is refused with [`Error::KindMismatch`]. Only
     /// exclusive locks (`FairLock`, `FairRLock`, `FairMutex`) have it; `try_lock` never
     /// barges, nor does a grant with a lease (and nobody barges ahead of a leased grant).
     Bounded(u32),
@@ -216,7 +217,7 @@ impl OpenOptions {
     /// more grants per second and a lower p99 wait. Never yielding suits sections of a few
     /// microseconds or less with more threads than CPUs: measured on 2 CPUs, 4 threads with
     /// 100 ns sections made 1.4–1.7 M grants/s without yielding and 0.65–1.0 M/s with the
-    /// default, and a reader/writer lock with 90 % writes of 2 µs 84 k/s against 51–59 k/s
+    /// default, and a reader/writer lock with 90 % writes of 2 µs 82–85 k/s against 51–59 k/s
     /// (`docs/BENCHMARKS.md`).
     pub fn spin_keep_cpu(&mut self, d: Duration) -> &mut Self {
         self.tuning.spin_keep_cpu_ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;

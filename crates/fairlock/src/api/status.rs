@@ -93,9 +93,10 @@ pub struct Status {
     pub name: Option<String>,
     /// The kind of lock ([`LockKind::Names`] for a file of named locks).
     pub kind: LockKind,
-    /// The exclusive lock's fairness, fixed when its file was created
-    /// ([`OpenOptions::fairness`](crate::OpenOptions::fairness)): [`Fairness::Bounded`] with
-    /// its bound, or [`Fairness::Strict`] (also for the other kinds and a file of names).
+    /// The exclusive lock's fairness, fixed when the lock was created — its file, or for a
+    /// named lock its name's record ([`OpenOptions::fairness`](crate::OpenOptions::fairness)):
+    /// [`Fairness::Bounded`] with its bound, or [`Fairness::Strict`] (also for the other kinds
+    /// and for the top level of a file of names).
     pub fairness: Fairness,
     /// Tickets handed out so far.
     pub next_ticket: u64,
@@ -116,7 +117,10 @@ pub struct Status {
 
 impl Status {
     /// The holder's fencing token, or if the lock is free, the smallest token the next grant
-    /// can carry.
+    /// can carry. With a bypass bound, while the holder shown is a ticket granted but not yet
+    /// claimed, a barge may still take the lock ahead of it with a smaller token (between the
+    /// previous grant's and this one's). Meaningless (1) for the top level of a file of names:
+    /// see each of [`names`](Status::names).
     pub fn token(&self) -> u64 {
         let bound = match self.fairness {
             Fairness::Bounded(k) => k,

@@ -757,6 +757,13 @@ fn a_short_spin_keeps_the_cpu_and_a_bounded_file_s_spin_yields_at_once() {
     };
     let (_, yields) = yields_while_next_in_line(&st, &short);
     assert_eq!(yields, Vec::<u64>::new());
+    // Nor does one that keeps the CPU for ever (`OpenOptions::spin_keep_cpu(Duration::MAX)`).
+    let never = Tuning {
+        spin_keep_cpu_ns: u64::MAX,
+        ..Tuning::default()
+    };
+    let (_, yields) = yields_while_next_in_line(&st, &never);
+    assert_eq!(yields, Vec::<u64>::new());
     // In a file with a bypass bound the spinner yields from the start.
     let o = OwnedState::of_kind(8, 4, layout::RecordKind::bounded(4));
     let st = o.view();
