@@ -268,6 +268,71 @@ fn a_name_back_with_another_fairness_keeps_its_tokens_rising() {
     }
 }
 
+/// The little-endian integer of `N` bytes at `at` in `b`.
+fn le(b: &[u8], at: usize, n: usize) -> u64 {
+    b[at..at + n]
+        .iter()
+        .rev()
+        .fold(0, |v, &x| (v << 8) | u64::from(x))
+}
+
+/// A record whose kind cannot be read after a reboot is freed; the name created again keeps
+/// its tokens rising: the floor is raised as by a sweep (review of the token floor: it was
+/// not, and "x" came back at token 1 after 1536).
+#[test]
+fn a_record_freed_at_a_reboot_raises_the_token_floor() {
+    let dir = TempDir::new("names-reboot-floor");
+    let path = dir.join("names.lock");
+    let mut last = 0;
+    {
+        let x = FairLock::options()
+            .name("x")
+            .name_capacity(8)
+            .fairness(fairlock::Fairness::Bounded(4))
+            .open(&path)
+            .unwrap();
+        for _ in 0..3 {
+            last = x.lock().unwrap().token();
+        }
+    }
+    // Another boot's file (boot id changed), with x's record's kind unreadable.
+    let mut b = std::fs::read(&path).unwrap();
+    let (record_size, records) = (le(&b, 32, 4) as usize, le(&b, 36, 4) as usize);
+    let (records_offset, image_offset) = (le(&b, 88, 8) as usize, le(&b, 96, 8) as usize);
+    let bounded: Vec<usize> = (0..records)
+        .map(|r| records_offset + r * record_size + image_offset)
+        .filter(|&h| le(&b, h + 40, 4) == 0 && le(&b, h + 44, 4) == 4)
+        .collect();
+    assert_eq!(bounded.len(), 1, "x's record (exclusive, bound 4)");
+    b[bounded[0] + 40..bounded[0] + 44].copy_from_slice(&0xdead_u32.to_le_bytes());
+    for x in &mut b[48..64] {
+        *x ^= 0x5a;
+    }
+    // A file of its own (this process keeps the first one open, and its beacon with it).
+    let stale = dir.join("stale.lock");
+    std::fs::write(&stale, &b).unwrap();
+    let x = FairLock::options().name("x").open(&stale).unwrap();
+    let t = x.lock().unwrap().token();
+    assert!(t > last, "token {t} after {last}");
+}
+
+/// A names header whose token floor leaves no token above it (corrupt) refuses to create a
+/// name, rather than start one whose tokens wrap to 0 (review of the token floor).
+#[test]
+fn a_token_floor_with_no_token_above_it_is_refused() {
+    let dir = TempDir::new("names-floor-max");
+    let path = dir.join("names.lock");
+    drop(FairLock::options().name("a").open(&path).unwrap());
+    let mut b = std::fs::read(&path).unwrap();
+    b[64..72].copy_from_slice(&u64::MAX.to_le_bytes());
+    std::fs::write(&path, &b).unwrap();
+    match FairLock::options().name("b").open(&path) {
+        Err(Error::Corrupt { .. }) => {}
+        Ok(l) => panic!("created, first token {}", l.lock().unwrap().token()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 #[test]
 fn names_in_use_are_never_reclaimed_and_a_full_file_says_so() {
     if role().is_some() {

@@ -334,13 +334,18 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
                     swept = true;
                     continue;
                 }
+                // Tickets start where every token is above those of reclaimed records.
+                let floor = h.token_floor.load(Relaxed);
+                let first = crate::core::layout::first_ticket_above(kind.bypass_bound(), floor);
+                // Only a corrupt floor (or 2^55 tickets) leaves no token above it.
+                if crate::core::layout::token_of(kind.bypass_bound(), first, 0) <= floor {
+                    return Err(Error::Corrupt {
+                        path: nf.path.clone(),
+                        what: format!("the names header's token floor {floor} leaves no tokens"),
+                    });
+                }
                 let generation = names::begin_create(&nf.map, record, key, hash);
                 crate::crash_point!("names.creating");
-                // Tickets start where every token is above those of reclaimed records.
-                let first = crate::core::layout::first_ticket_above(
-                    kind.bypass_bound(),
-                    h.token_floor.load(Relaxed),
-                );
                 nf.map.write_image(record, kind, first, false);
                 let word = names::publish(&nf.map, record, generation);
                 if was_empty {

@@ -68,14 +68,16 @@ pub fn token_ceiling(bound: u32, next: u64) -> u64 {
     }
 }
 
-/// The first ticket of a lock with bypass bound `bound` whose every token is above `floor`
-/// (a token ceiling, [`token_ceiling`]): `floor` without a bound (tokens `ticket + 1`),
-/// `floor / 2^9` with one (tokens from `(ticket + 1) · 2^9`).
+/// The ticket a new lock with bypass bound `bound` starts at so that every token it grants is
+/// above `floor` (a token ceiling, [`token_ceiling`]): `floor` without a bound (tokens
+/// `ticket + 1`); with one, `floor / 2^9 + 1`, so that even a barge ahead of the first ticket
+/// (`first · 2^9 + j`) is above it — not `floor / 2^9`, which relied on the first ticket never
+/// being barged (review).
 pub fn first_ticket_above(bound: u32, floor: u64) -> u64 {
     if bound == 0 {
         floor
     } else {
-        floor >> TOKEN_SHIFT
+        (floor >> TOKEN_SHIFT).wrapping_add(1)
     }
 }
 

@@ -796,9 +796,14 @@ fn token_ceilings_and_first_tickets_above_them_keep_tokens_rising() {
                     token_of(other, first, 0) > ceiling,
                     "bound {bound} next {next} -> bound {other}"
                 );
-                // The first such ticket: the one before it is not above.
-                if let Some(before) = first.checked_sub(1) {
-                    assert!(token_of(other, before, 0) <= ceiling);
+                if other == 0 {
+                    // The first such ticket: the one before it is not above.
+                    if let Some(before) = first.checked_sub(1) {
+                        assert!(token_of(other, before, 0) <= ceiling);
+                    }
+                } else {
+                    // A barge ahead of the first ticket, `first · 512 + 1` at least, is above.
+                    assert!(token_of(other, first - 1, 1) > ceiling);
                 }
             }
         }

@@ -338,10 +338,21 @@ fn reinitialise(file: &File, path: &Path, g: NamesGeometry, boot: Option<[u64; 2
                     e.state
                         .store(RecordState::Used.word(generation_of(word)), Release);
                 }
-                None => e.state.store(
-                    RecordState::Free.word(generation_of(word).wrapping_add(1) & (u64::MAX >> 8)),
-                    Release,
-                ),
+                None => {
+                    // Freed as a sweep frees a record, raising the floor as a sweep does (to
+                    // the higher, bounded ceiling: its kind is unknown), so that the name,
+                    // created again, keeps its tokens rising (review of the token floor).
+                    // Relaxed: nobody else uses the file.
+                    let h = m.header();
+                    let ceiling = crate::core::layout::token_ceiling(1, m.record_next_ticket(r));
+                    let floor = h.token_floor.load(Relaxed);
+                    h.token_floor.store(floor.max(ceiling), Relaxed);
+                    e.state.store(
+                        RecordState::Free
+                            .word(generation_of(word).wrapping_add(1) & (u64::MAX >> 8)),
+                        Release,
+                    );
+                }
             },
             RecordState::Creating => {
                 e.state
