@@ -111,9 +111,23 @@ def _process_worker(name: str, d: str, start_ns: int, stop_ns: int, cs_ns: int, 
     conn.close()
 
 
+def fork_children(n: int, target, args: tuple) -> tuple:
+    """Starts `n` forked processes running `target(*args, conn)`; returns the parent's ends of
+    their pipes and the processes."""
+    ctx = multiprocessing.get_context("fork")
+    pipes, procs = [], []
+    for _ in range(n):
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=target, args=(*args, child))
+        p.start()
+        child.close()
+        pipes.append(parent)
+        procs.append(p)
+    return pipes, procs
+
+
 def contended_round(c: Competitor, d: str, seconds: float, cs_ns: int) -> List[array]:
     """One round: WORKERS workers for `seconds`; each worker's log."""
-    ctx = multiprocessing.get_context("fork")
     lead = 0.5 if c.workers == "processes" else 0.05  # time for the workers to start
     start_ns = time.monotonic_ns() + int(lead * 1e9)
     stop_ns = start_ns + int(seconds * 1e9)
@@ -132,14 +146,7 @@ def contended_round(c: Competitor, d: str, seconds: float, cs_ns: int) -> List[a
             t.join()
         logs = [b for b in out if b is not None]
     else:
-        pipes, procs = [], []
-        for _ in range(WORKERS):
-            parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_process_worker, args=(c.name, d, start_ns, stop_ns, cs_ns, child))
-            p.start()
-            child.close()
-            pipes.append(parent)
-            procs.append(p)
+        pipes, procs = fork_children(WORKERS, _process_worker, (c.name, d, start_ns, stop_ns, cs_ns))
         logs = [p.recv_bytes() for p in pipes]
         for p in procs:
             p.join()
@@ -239,15 +246,7 @@ def noise_round(seconds: float) -> dict:
     (other programs, kernel threads) kept one of them off its CPU at most, and how often for
     over 1 ms. A worker stalled like that while it waits has waited at least that long, and
     with FIFO so has everyone queued behind it."""
-    ctx = multiprocessing.get_context("fork")
-    pipes, procs = [], []
-    for _ in range(len(os.sched_getaffinity(0))):
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_stall_meter, args=(seconds, child))
-        p.start()
-        child.close()
-        pipes.append(parent)
-        procs.append(p)
+    pipes, procs = fork_children(len(os.sched_getaffinity(0)), _stall_meter, (seconds,))
     results = [p.recv() for p in pipes]
     for p in procs:
         p.join()
