@@ -596,11 +596,14 @@ fn park<P: Platform>(p: &P, slot: &Slot, w: Word, until: u64) {
 /// contenders that alternate (each re-queues behind the other at once, finds itself next in
 /// line and spins) never sleep, and a process preempted before it could take a ticket stays off
 /// the CPU until the scheduler's tick takes one of them off (4 ms here): a wait of that length,
-/// first come or not. Measured with 4 Python processes and 20 µs sections (`python/bench`): the
-/// waits of 4 to 9.6 ms were that; yielding after 5 µs removed them, raised the grants per
-/// second by about 30 % and halved the 99th percentile wait. Why not yield from the start: 4
-/// threads with 100 ns sections, whose hand-offs take well under 5 µs, lost an order of
-/// magnitude of throughput (a context switch per grant). In a file with a bypass bound, where
+/// first come or not. Measured with 4 Python processes and 20 µs sections (`python/bench`,
+/// traced with `perf`): the longest waits (a 4 ms tick traced; 9.6 ms in a bench run) were
+/// that; yielding after 5 µs removed them, raised the grants per second by about 30 % and
+/// halved the 99th percentile wait. Why not yield from the start: 4 threads with 100 ns
+/// sections, whose hand-offs take well under 5 µs, lost an order of magnitude of throughput (a
+/// context switch per grant); even after 5 µs they lose some, and a spinner that yielded sees
+/// its grant only when it runs again (`OpenOptions::spin_keep_cpu` turns the yield off;
+/// `docs/BENCHMARKS.md` has the figures). In a file with a bypass bound, where
 /// running threads barge ahead of a waiter, a spinning waiter mostly keeps a barger or the
 /// holder off its CPU: it yields from the start (2.2x the throughput of 8 threads on 2 CPUs).
 fn spin_while<P: Platform>(
