@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use fairlock::{
-    Error, FairLock, FairRwLock, FairSemaphore, LockGuard, LockKind, OpenOptions, Result,
+    Error, FairLock, FairRwLock, FairSemaphore, Fairness, LockGuard, LockKind, OpenOptions, Result,
     RwLockReadGuard, RwLockWriteGuard, SemaphorePermit,
 };
 
@@ -55,16 +55,19 @@ pub fn asks_for_a_kind(a: &RunArgs) -> bool {
 /// Opens `path` as the lock the run asks for. An existing file's kind decides what no flag
 /// asked for: a reader/writer lock is taken as a writer without -s, a semaphore only with
 /// its own --permits; a new file is a reader/writer lock with -s or -x, a semaphore with
-/// --permits, else an exclusive lock.
+/// --permits, else an exclusive lock. An existing exclusive lock with a bypass bound (made by
+/// a program with `Fairness::Bounded`) is taken with its bound.
 pub fn open(a: &RunArgs, opts: &OpenOptions, path: &Path) -> Result<Lock> {
     let existing = fairlock::inspect(path).ok().and_then(|st| match &a.name {
         Some(name) => st
             .names
             .into_iter()
             .find(|n| n.name.as_ref() == Some(name))
-            .map(|n| n.kind),
-        None => Some(st.kind),
+            .map(|n| (n.kind, n.fairness)),
+        None => Some((st.kind, st.fairness)),
     });
+    let fairness = existing.map(|(_, f)| f);
+    let existing = existing.map(|(k, _)| k);
     match (wanted(a), existing) {
         (Wanted::Permits(n), _) => opts.open_semaphore(path, n).map(Lock::Permit),
         (Wanted::Shared, _) => opts.open_rwlock(path).map(Lock::Read),
@@ -74,7 +77,14 @@ pub fn open(a: &RunArgs, opts: &OpenOptions, path: &Path) -> Result<Lock> {
         (Wanted::Exclusive, None) => opts.open_rwlock(path).map(Lock::Write),
         // An exclusive file, a new one without flags, or a semaphore without --permits (which
         // the exclusive open refuses, naming its permits).
-        (Wanted::Exclusive | Wanted::Default, _) => opts.open(path).map(Lock::Exclusive),
+        (Wanted::Exclusive | Wanted::Default, _) => match fairness {
+            Some(bounded @ Fairness::Bounded(_)) => opts
+                .clone()
+                .fairness(bounded)
+                .open(path)
+                .map(Lock::Exclusive),
+            _ => opts.open(path).map(Lock::Exclusive),
+        },
     }
 }
 

@@ -297,6 +297,8 @@ fn named_locks_in_one_file_exclude_per_name_and_status_lists_them() {
 
 /// `fairlock status` says a file's bypass bound (a file made with `Fairness::Bounded` by a
 /// program using the library), in text and JSON; a strict file has `"bypass_bound":null`.
+/// `fairlock run` takes such a lock with its bound (it was refused, exit 65), while the
+/// program holds it too.
 #[test]
 fn status_shows_a_bounded_file_s_bound() {
     let dir = TempDir::new("cli-kinds-bounded");
@@ -317,6 +319,16 @@ fn status_shows_a_bounded_file_s_bound() {
         text.contains("fairness:       bounded: a waiter may be overtaken up to 7 times\n"),
         "{text}"
     );
+    let o = sh(d, "\"$FL\" run \"$D/bounded.lock\" -- sh -c 'echo ran'");
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n");
+    let held = _b.lock().unwrap();
+    let o = sh(d, "\"$FL\" run -n \"$D/bounded.lock\" true");
+    assert_eq!(o.status.code(), Some(1), "held: -n gives up\n{}", err(&o));
+    drop(held);
+    // Its tokens, the bounded file's: (ticket + 1) · 512.
+    let st = json(d, "bounded.lock");
+    assert!(st.contains("\"token\":1536,"), "{st}");
     let o = sh(d, "\"$FL\" run \"$D/strict.lock\" true");
     assert!(o.status.success(), "{}", err(&o));
     let st = json(d, "strict.lock");
