@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use fairlock::{Fairness, LockKind, Status, TicketInfo};
+use fairlock::{LockKind, Status, TicketInfo};
 
 use crate::exit::{self, Failure};
 use crate::secs::human;
@@ -110,7 +110,7 @@ fn lock_text(st: &Status) -> String {
         }
         _ => {}
     }
-    if let Fairness::Bounded(k) = st.fairness {
+    if let Some(k) = st.fairness.bypass_bound() {
         let _ = writeln!(
             s,
             "fairness:       bounded: a waiter may be overtaken up to {k} times"
@@ -276,16 +276,12 @@ fn lock_json(st: &Status) -> String {
         LockKind::Semaphore { permits } => Some(permits),
         _ => None,
     };
-    let bypass_bound = match st.fairness {
-        Fairness::Bounded(k) => Some(k),
-        _ => None,
-    };
     format!(
         "{{{name}\"path\":{},\"kind\":{},\"permits\":{},\"bypass_bound\":{},\"held\":{},\"owner_pid\":{},\"owner_tid\":{},\"token\":{},\"next_ticket\":{},\"waiters\":{},\"arriving\":{},\"lease_remaining_ms\":{},\"holder\":{},\"holders\":[{}],\"queue\":[{}]}}",
         string(&st.path.to_string_lossy()),
         string(st.kind.name()),
         num(permits),
-        num(bypass_bound),
+        num(st.fairness.bypass_bound()),
         h.is_some(),
         num(h.and_then(|h| h.pid)),
         num(h.and_then(|h| h.tid)),

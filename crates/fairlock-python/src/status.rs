@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fairlock::{Fairness, LockKind, Status, TicketInfo};
+use fairlock::{LockKind, Status, TicketInfo};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -68,13 +68,7 @@ fn to_dict<'py>(py: Python<'py>, st: &Status) -> PyResult<Bound<'py, PyDict>> {
             _ => None,
         },
     )?;
-    d.set_item(
-        "bypass_bound",
-        match st.fairness {
-            Fairness::Bounded(k) => Some(k),
-            _ => None,
-        },
-    )?;
+    d.set_item("bypass_bound", st.fairness.bypass_bound())?;
     d.set_item("held", h.is_some())?;
     d.set_item("owner_pid", h.and_then(|h| h.pid))?;
     d.set_item("owner_tid", h.and_then(|h| h.tid))?;

@@ -42,6 +42,24 @@ pub enum Fairness {
     Bounded(u32),
 }
 
+impl Fairness {
+    /// The bypass bound: `Some(k)` for [`Fairness::Bounded`]`(k)`, `None` for strict FIFO.
+    pub fn bypass_bound(self) -> Option<u32> {
+        match self {
+            Fairness::Strict => None,
+            Fairness::Bounded(k) => Some(k),
+        }
+    }
+
+    /// The fairness a file's stored bypass bound stands for (0: strict).
+    pub(crate) fn of_bound(k: u32) -> Fairness {
+        match k {
+            0 => Fairness::Strict,
+            k => Fairness::Bounded(k),
+        }
+    }
+}
+
 /// Options for opening a lock file. Created by [`FairLock::options`].
 ///
 /// ```no_run
@@ -111,12 +129,8 @@ impl OpenOptions {
     /// # Ok::<(), fairlock::Error>(())
     /// ```
     pub fn fairness(&mut self, f: Fairness) -> &mut Self {
-        let k = match f {
-            Fairness::Strict => 0,
-            Fairness::Bounded(k) => k,
-        };
-        self.create.kind = RecordKind::bounded(k);
-        self.bounded = matches!(f, Fairness::Bounded(_));
+        self.create.kind = RecordKind::bounded(f.bypass_bound().unwrap_or(0));
+        self.bounded = f.bypass_bound().is_some();
         self
     }
 

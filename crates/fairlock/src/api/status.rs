@@ -122,10 +122,7 @@ impl Status {
     /// previous grant's and this one's). Meaningless (1) for the top level of a file of names:
     /// see each of [`names`](Status::names).
     pub fn token(&self) -> u64 {
-        let bound = match self.fairness {
-            Fairness::Bounded(k) => k,
-            _ => 0,
-        };
+        let bound = self.fairness.bypass_bound().unwrap_or(0);
         self.holder.as_ref().map_or(
             crate::core::layout::token_of(bound, self.next_ticket, 0),
             |h| h.token,
@@ -185,10 +182,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         path: path.to_path_buf(),
         name: None,
         kind: LockKind::of(g.kind),
-        fairness: match g.kind.bypass_bound() {
-            0 => Fairness::Strict,
-            k => Fairness::Bounded(k),
-        },
+        fairness: Fairness::of_bound(g.kind.bypass_bound()),
         next_ticket: next,
         holder: None,
         holders: Vec::new(),

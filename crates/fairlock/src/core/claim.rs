@@ -62,25 +62,18 @@ pub fn claim_granted_with<P: Platform>(
                 let held = w.with_state(State::Held);
                 if claim_cas(slot, w, held, bounded) {
                     crate::crash_point!("acquire.claimed");
-                    let (news, overtaken) = if bounded {
-                        match after_claim(
-                            st,
-                            p,
-                            t,
-                            held,
-                            me,
-                            tuning,
-                            deadline,
-                            watch.as_deref_mut(),
-                        ) {
-                            AfterClaim::Held { news, overtaken } => (news, overtaken),
-                            AfterClaim::GaveUp => {
-                                return Err(watch.map_or(WaitError::Timeout, |w| w.stopped()));
-                            }
-                            AfterClaim::Lost => return Ok(Claim::Lost),
-                        }
-                    } else {
-                        (false, 0)
+                    let Some((news, overtaken)) = wait_out_barges(
+                        st,
+                        p,
+                        t,
+                        held,
+                        me,
+                        tuning,
+                        deadline,
+                        watch.as_deref_mut(),
+                    )?
+                    else {
+                        return Ok(Claim::Lost);
                     };
                     return Ok(match claimed(st, p, slot, t, me) {
                         true => Claim::Held(Grant {
@@ -99,6 +92,33 @@ pub fn claim_granted_with<P: Platform>(
                 ));
             }
         }
+    }
+}
+
+/// After a claim CAS of ticket `t` (our word now `held`): in a file with a bypass bound, waits
+/// out a barger ([`after_claim`]). `Some((news, overtaken))`: the grant is ours (a dead
+/// barger's news, and how many barges overtook us); `None`: it was lost; `Err(Timeout |
+/// Interrupted)`: the deadline or the interrupt hook made us give it back. Nothing to wait for
+/// in a strict file.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn wait_out_barges<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    t: u64,
+    held: Word,
+    me: &Me,
+    tuning: &Tuning,
+    deadline: Option<u64>,
+    watch: Option<&mut Watch<'_>>,
+) -> Result<Option<(bool, u16)>, WaitError> {
+    if st.bypass_bound() == 0 {
+        return Ok(Some((false, 0)));
+    }
+    let mut watch = watch;
+    match after_claim(st, p, t, held, me, tuning, deadline, watch.as_deref_mut()) {
+        AfterClaim::Held { news, overtaken } => Ok(Some((news, overtaken))),
+        AfterClaim::GaveUp => Err(watch.map_or(WaitError::Timeout, |w| w.stopped())),
+        AfterClaim::Lost => Ok(None),
     }
 }
 

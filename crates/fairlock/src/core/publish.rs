@@ -2,8 +2,7 @@
 //! `leased` flag) into its slot — or claims the ticket at once if it was granted in advance.
 
 use super::advance::{advance, cas};
-use super::barge::{AfterClaim, after_claim};
-use super::claim::{claim_cas, claimed, stamp_owner, stamp_since};
+use super::claim::{claim_cas, claimed, stamp_owner, stamp_since, wait_out_barges};
 use super::lapped;
 use super::layout::LockState;
 use super::lease::LeaseField;
@@ -70,14 +69,18 @@ pub fn publish<P: Platform>(
                         // A walk that began before a barge may pre-grant us while it holds
                         // (review finding): in a bounded file every claim waits for a barger
                         // and takes a dead one's news, as `claim_granted_with` does.
-                        let (news, overtaken) = if bounded {
-                            match after_claim(st, p, t, held, me, tuning, deadline, Some(watch)) {
-                                AfterClaim::Held { news, overtaken } => (news, overtaken),
-                                AfterClaim::GaveUp => return Err(watch.stopped()),
-                                AfterClaim::Lost => return Ok(Published::Skipped),
-                            }
-                        } else {
-                            (false, 0)
+                        let Some((news, overtaken)) = wait_out_barges(
+                            st,
+                            p,
+                            t,
+                            held,
+                            me,
+                            tuning,
+                            deadline,
+                            Some(&mut *watch),
+                        )?
+                        else {
+                            return Ok(Published::Skipped);
                         };
                         return Ok(match claimed(st, p, slot, t, me) {
                             true => Published::Held(Grant {
