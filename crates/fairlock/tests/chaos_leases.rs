@@ -60,6 +60,7 @@ const POINTS: &[&str] = &[
     "extend.written",
     "timeout.abandoning",
     "timeout.abandoned",
+    "acquire.lapped_gave_up",
     "release.start",
     "release.done",
     "advance.granted",

@@ -375,6 +375,7 @@ const CHAOS_POINTS: &[&str] = &[
     "acquire.granted_seen",
     "timeout.abandoning",
     "timeout.abandoned",
+    "acquire.lapped_gave_up",
     "release.start",
     "release.done",
     "advance.granted",

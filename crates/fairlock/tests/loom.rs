@@ -21,9 +21,10 @@ use fairlock::__internal::core::lease::{Lease, LeaseField};
 use fairlock::__internal::core::model::ModelPlatform;
 use fairlock::__internal::core::word::{LapRelation, relate};
 use fairlock::__internal::core::{
-    Claim, Grant, LockState, Lost, Me, OwnedState, Platform, Published, State, Tuning, WaitError,
-    Watch, Word, advance, check, claim_granted, clean_up_participant, extend, lock, publish,
-    recover, release, try_lock,
+    Claim, Grant, LappedGiveUp, LockState, Look, Lost, Me, OwnedState, Platform, Published, State,
+    Taken, Tuning, WaitError, Watch, Word, advance, check, claim_granted, clean_up_participant,
+    extend, give_up_lapped, lock, lock_queued, publish, publish_once, recover, release, take,
+    try_lock,
 };
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
@@ -135,6 +136,21 @@ fn claim_when_granted(w: &World, t: u64, me: &Me) -> Grant {
             }
         }
     }
+}
+
+/// Takes a ticket and gives it up at once (a deadline already past), as a timed-out waiter
+/// does (`lock` with such a deadline makes one try without a ticket).
+fn time_out(w: &World, participant: u32) -> Result<Grant, WaitError> {
+    let st = w.view();
+    lock_queued(
+        &st,
+        &w.p,
+        &me(participant),
+        Some(0),
+        &tuning(),
+        None,
+        Watch::default(),
+    )
 }
 
 /// After a model: the lock is free and nobody is queued, so `try_lock` gets the next token.
@@ -686,15 +702,9 @@ fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
         // Ticket 0: held (fast path; head stays 0).
         let g0 = lock(&st, &w.p, &me(0), None, &tuning()).unwrap();
         // Ticket 1: a waiter that times out. Ticket 2: a lapped taker (slot 0 is still ticket
-        // 0's) that times out, leaving a record that it gave up.
-        assert_eq!(
-            lock(&st, &w.p, &me(1), Some(0), &tuning()),
-            Err(WaitError::Timeout)
-        );
-        assert_eq!(
-            lock(&st, &w.p, &me(2), Some(0), &tuning()),
-            Err(WaitError::Timeout)
-        );
+        // 0's) that times out, saying so in the slot's given-up word.
+        assert_eq!(time_out(&w, 1), Err(WaitError::Timeout));
+        assert_eq!(time_out(&w, 2), Err(WaitError::Timeout));
         let w1 = w.clone();
         // The holder's thread gives the lock up as dead (it exited or panicked holding).
         let revoker = thread::spawn(move || {
@@ -716,6 +726,89 @@ fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
             g3.died,
             "ticket 3 follows a revoked holder: owner_died must be reported"
         );
+    });
+}
+
+/// A lapped taker gives its ticket up while the release ahead of it walks to it: the walk
+/// pre-grants the ticket before the taker's bit is set, or finds the bit. Either way the ticket
+/// is passed at once — by the walk, which looks at the bit again after its pre-grant, or by the
+/// taker, which looks at the word after its bit (a Dekker pair: `given_up`) — and the waiter
+/// behind it is granted. A pre-grant left for a taker that gave up would hold everyone behind
+/// it for a grace (which this model never reaches).
+#[test]
+fn a_lapped_taker_gives_up_while_the_walk_reaches_it() {
+    loom::model(|| {
+        let w = World::with_slots(2, 0);
+        let st = w.view();
+        // Ticket 0 held in slot 0; ticket 1 given up (abandoned in slot 1); ticket 2 lapped
+        // (slot 0 still ticket 0's); ticket 3 waits in slot 1.
+        let t0 = fairlock::__internal::core::fast::take_queued(&st, &w.p);
+        let g0 = match publish(
+            &st,
+            &w.p,
+            t0,
+            &me(0),
+            None,
+            &tuning(),
+            &mut Watch::default(),
+        ) {
+            Ok(Published::Held(g)) => g,
+            _ => panic!("ticket 0 is pre-granted"),
+        };
+        assert_eq!(time_out(&w, 1), Err(WaitError::Timeout));
+        let Taken::Queued(t2, _) = take(&st, &w.p, &me(2)) else {
+            panic!("room for ticket 2")
+        };
+        let look = publish_once(
+            &st,
+            &w.p,
+            t2,
+            &me(2),
+            None,
+            &tuning(),
+            &mut Watch::default(),
+        );
+        assert!(matches!(look, Ok(Look::Lapped)));
+        let t3 = enqueue(&st, &w.p, &me(3));
+        assert_eq!((t0, t2, t3), (0, 2, 3));
+        let w1 = w.clone();
+        let releaser = thread::spawn(move || {
+            let st = w1.view();
+            release(&st, &w1.p, &g0, 0).unwrap();
+        });
+        let w2 = w.clone();
+        let giver = thread::spawn(move || {
+            let st = w2.view();
+            match give_up_lapped(&st, &w2.p, t2, 2) {
+                LappedGiveUp::Gone => false,
+                // Pre-granted before the bit: the grant won the race, as a timeout's does.
+                LappedGiveUp::InWord => {
+                    let look = publish_once(
+                        &st,
+                        &w2.p,
+                        t2,
+                        &me(2),
+                        None,
+                        &tuning(),
+                        &mut Watch::default(),
+                    );
+                    let Ok(Look::Done(Published::Held(g))) = look else {
+                        panic!("pre-granted, yet not claimable")
+                    };
+                    w2.enter(&g);
+                    release(&st, &w2.p, &g, 2).unwrap();
+                    true
+                }
+            }
+        });
+        releaser.join().unwrap();
+        let held = giver.join().unwrap();
+        let end = if held { State::Done } else { State::Skipped };
+        assert_eq!(w.state_of(t2), Some(end), "ticket 2 passed or held");
+        assert_eq!(w.state_of(t3), Some(State::Granted), "ticket 3 granted");
+        let g3 = claim_when_granted(&w, t3, &me(3));
+        release(&st, &w.p, &g3, 3).unwrap();
+        assert_free(&w, 5);
     });
 }
 

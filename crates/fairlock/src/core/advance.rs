@@ -3,12 +3,14 @@
 
 use super::fast::cas_word;
 use super::frontier::{MAX_STEPS, before, raise_head, step_over_later};
+use super::given_up::given_up;
 use super::lapped;
 use super::layout::{LockState, Slot};
 use super::lock_word::LockWord;
 use super::platform::Platform;
 use super::word::{LapRelation, State, Word, relate};
-use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
+use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+use crate::primitive::fence;
 
 /// Walks forward from ticket `from` over final tickets and grants the first one that is not:
 ///
@@ -172,6 +174,15 @@ pub fn walk<P: Platform>(
                     continue;
                 }
                 if pregrant(st, slot, w, h, died) {
+                    // A Dekker pair with a lapped taker that gives up (`given_up`): our
+                    // pre-grant, then its bit; its bit, then our word. If it gave up after
+                    // all, its pre-grant is passed (by us, or by it: one CAS wins).
+                    fence(SeqCst);
+                    if given_up(slot, lap) {
+                        let ready = Word::new(lap, 0, State::Ready, died);
+                        let _ = cas(slot, ready, ready.with_state(State::Skipped));
+                        continue; // look at `h` again: now final
+                    }
                     raise_head(st, h);
                     return Walked::Stopped(Some(h));
                 }

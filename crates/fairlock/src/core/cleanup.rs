@@ -3,7 +3,8 @@
 use super::advance::advance;
 use super::layout::LockState;
 use super::platform::Platform;
-use super::word::{State, Word};
+use super::publish::{LappedGiveUp, give_up_lapped};
+use super::word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 
 /// Our participant entry `participant` was last used by a process that died (the kernel
@@ -30,6 +31,23 @@ pub fn clean_up_participant<P: Platform>(st: &LockState<'_>, p: &P, participant:
     }
     for i in 0..st.slot_count() {
         let slot = st.slot(i);
+        // A ticket the dead process took while lapped, which no word names: given up for it
+        // (its lapped entry says it was the dead process's), so that the walk passes it at
+        // once rather than after the grace — and never takes it for ours.
+        if let Some(lap) = super::lapped::named(slot, participant) {
+            let t = super::weighted::ticket_of(lap, i, st.slot_shift(), st.next_ticket());
+            if give_up_lapped(st, p, t, participant) == LappedGiveUp::InWord {
+                // Pre-granted meanwhile (a `Ready` word names nobody): passed on.
+                // Acquire: see `advance`.
+                let w = Word(slot.word.load(Acquire));
+                if relate(w.lap(), lap) == LapRelation::Same
+                    && w.state() == Some(State::Ready)
+                    && super::advance::cas(slot, w, w.with_state(State::Skipped))
+                {
+                    advance(st, p, t, false);
+                }
+            }
+        }
         // Acquire: see `advance`.
         let mut w = Word(slot.word.load(Acquire));
         // The word may move under us — granted (`Waiting → Granted`), nudged

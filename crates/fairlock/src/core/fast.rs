@@ -107,6 +107,20 @@ pub enum Taken {
     /// A ticket to publish in its slot and wait for, and the barges the lock word counted
     /// when it was taken (its arrival, for a file with a bypass bound: [`super::barge`]).
     Queued(u64, u32),
+    /// No ticket: the next one (this one) would have no bit in its slot's given-up word to
+    /// say it gave up, were it to (more than [`super::given_up::WINDOW`] laps of its slot
+    /// outstanding). The caller waits for room without a ticket.
+    Full(u64),
+}
+
+/// What one attempt to take a ticket behind a holder or a queue came to.
+enum Behind {
+    /// Ticket taken.
+    Taken(u64),
+    /// The word moved under us: look again.
+    Raced,
+    /// No room for this ticket (see [`Taken::Full`]).
+    Full(u64),
 }
 
 /// CAS on the lock word. `AcqRel`: a release for whoever reads the new value (the next fast
@@ -128,16 +142,17 @@ pub(crate) fn cas_word(st: &LockState<'_>, from: LockWord, to: LockWord) -> bool
 /// fast grant on to that ticket with the news.
 pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
     if st.is_weighted() {
-        return Taken::Queued(st.take_ticket(), 0);
+        return take_weighted(st);
     }
     loop {
         // Acquire: see the module notes.
         let w = st.lock_word(Acquire);
         if w.held() || w.queued() {
-            if let Some(t) = take_behind(st, w) {
-                return Taken::Queued(t, w.barges());
+            match take_behind(st, w, true) {
+                Behind::Taken(t) => return Taken::Queued(t, w.barges()),
+                Behind::Raced => continue,
+                Behind::Full(t) => return Taken::Full(t),
             }
-            continue;
         }
         if me.lease_ms.is_some() && !w.died() {
             // A leased taker of a free lock with no news to pass on: queue at once (its
@@ -179,8 +194,15 @@ pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
         let (t, arrived) = loop {
             // Acquire: as above. The word is held by us, so it is held or queued.
             let w = st.lock_word(Acquire);
-            if let Some(t) = take_behind(st, w) {
-                break (t, w.barges());
+            match take_behind(st, w, true) {
+                Behind::Taken(t) => break (t, w.barges()),
+                Behind::Raced => {}
+                Behind::Full(t) => {
+                    // No room behind us: pass the fast grant (and its news) on as a release
+                    // would, and wait for room like any taker.
+                    end_fast(st, p, me.participant, first.ticket, first.died);
+                    return Taken::Full(t);
+                }
             }
         };
         crate::crash_point!("fast.requeued");
@@ -202,7 +224,7 @@ pub fn take_queued<P: Platform>(st: &LockState<'_>, p: &P) -> u64 {
         // Acquire: as in `take`.
         let w = st.lock_word(Acquire);
         if w.held() || w.queued() {
-            if let Some(t) = take_behind(st, w) {
+            if let Behind::Taken(t) = take_behind(st, w, false) {
                 return t;
             }
             continue;
@@ -219,10 +241,34 @@ pub fn take_queued<P: Platform>(st: &LockState<'_>, p: &P) -> u64 {
     }
 }
 
+/// A ticket of a weighted kind, whose word is queued for good: one CAS taking the next
+/// ticket if it has room (see [`Taken::Full`]).
+fn take_weighted(st: &LockState<'_>) -> Taken {
+    loop {
+        // Acquire: see the module notes.
+        let w = st.lock_word(Acquire);
+        let t = st.ticket_of(w);
+        if !super::given_up::has_room(st, t) {
+            return Taken::Full(t);
+        }
+        if st.take_ticket_if(w) {
+            crate::crash_point!("acquire.ticket_taken");
+            if lock_word::wraps(w) {
+                refresh_slots(st);
+            }
+            return Taken::Queued(t, 0);
+        }
+    }
+}
+
 /// One attempt to take a queued ticket from word `w` (held or queued): the first taker to
-/// queue raises `head` to its ticket and sets `Q` in its CAS.
-fn take_behind(st: &LockState<'_>, w: LockWord) -> Option<u64> {
+/// queue raises `head` to its ticket and sets `Q` in its CAS. With `room`, a ticket is taken
+/// only if it has room (behind a queue; the first taker to queue always has).
+fn take_behind(st: &LockState<'_>, w: LockWord, room: bool) -> Behind {
     let t = st.ticket_of(w);
+    if room && w.queued() && !super::given_up::has_room(st, t) {
+        return Behind::Full(t);
+    }
     let to = if w.queued() {
         w.taken()
     } else {
@@ -236,9 +282,9 @@ fn take_behind(st: &LockState<'_>, w: LockWord) -> Option<u64> {
         if lock_word::wraps(w) {
             refresh_slots(st);
         }
-        Some(t)
+        Behind::Taken(t)
     } else {
-        None
+        Behind::Raced
     }
 }
 
@@ -371,8 +417,13 @@ pub fn fast_holder(st: &LockState<'_>) -> Option<(u64, u32)> {
 #[cold]
 #[inline(never)]
 pub(crate) fn refresh_slots(st: &LockState<'_>) {
+    let n = st.slot_count();
     if st.is_weighted() {
-        return; // every ticket uses its slot: none falls behind
+        // Every ticket uses its slot: no word falls behind; a given-up word may.
+        for i in 0..n {
+            super::given_up::refresh(st.slot(i));
+        }
+        return;
     }
     // Acquire: as in `take` (and `head` after the word).
     let w = st.lock_word(Acquire);
@@ -381,7 +432,6 @@ pub(crate) fn refresh_slots(st: &LockState<'_>) {
     } else {
         st.ticket_of(w)
     };
-    let n = st.slot_count();
     for i in 0..n {
         let t = base.wrapping_add(i.wrapping_sub(base) & (n - 1));
         let slot = st.slot(t);
@@ -393,6 +443,7 @@ pub(crate) fn refresh_slots(st: &LockState<'_>) {
             let fresh = Word::new(lap.wrapping_sub(1), 0, State::Done, false);
             let _ = super::advance::cas(slot, cur, fresh);
         }
+        super::given_up::refresh(slot);
     }
     crate::crash_point!("fast.refreshed");
 }

@@ -193,7 +193,7 @@ fn a_walk_does_not_carry_a_drained_queues_news_into_the_next_queue() {
     };
     // P4 times out on ticket 2 (deadline already past).
     let d = q.now_ns();
-    assert!(lock(&st, &q, &me(4), Some(d), &tuning).is_err());
+    assert!(wait::lock_queued(&st, &q, &me(4), Some(d), &tuning, None, Watch::default()).is_err());
     // P3 takes ticket 3; its slot is still ticket 1's: it registers as lapped and is killed.
     let Taken::Queued(t3, _) = take(&st, &q, &me(3)) else {
         panic!()

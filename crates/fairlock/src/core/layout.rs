@@ -304,9 +304,12 @@ pub struct Slot {
     /// segment, 0 for none. Valid for the ticket `stamp` names (written before it); a waiter
     /// watches it to learn of the holder's death from the kernel.
     pub beacon: AtomicU32,
-    /// The earliest takers waiting for this slot while an earlier lap still uses it, and
-    /// whether they gave up: see [`crate::core::lapped`].
-    pub lapped: [AtomicU64; 3],
+    /// The laps after the slot word's whose takers gave up before they could publish: see
+    /// [`crate::core::given_up`].
+    pub given_up: AtomicU64,
+    /// Takers waiting for this slot while an earlier lap still uses it (advice, for spotting a
+    /// dead one at once): see [`crate::core::lapped`].
+    pub lapped: [AtomicU64; 2],
 }
 
 /// Size of the header in bytes.
@@ -356,7 +359,8 @@ const _: () = {
     assert!(offset_of!(Slot, since) == 24);
     assert!(offset_of!(Slot, tid) == 32);
     assert!(offset_of!(Slot, beacon) == 36);
-    assert!(offset_of!(Slot, lapped) == 40);
+    assert!(offset_of!(Slot, given_up) == 40);
+    assert!(offset_of!(Slot, lapped) == 48);
     assert!(align_of::<Slot>() == 8 && align_of::<Header>() == 8);
 };
 
@@ -800,6 +804,7 @@ impl Slot {
             since: AtomicU64::new(0),
             tid: AtomicU32::new(0),
             beacon: AtomicU32::new(0),
+            given_up: AtomicU64::new(0),
             lapped: zeroed_u64s(),
         }
     }

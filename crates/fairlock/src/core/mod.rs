@@ -66,6 +66,7 @@ pub mod claim;
 pub mod cleanup;
 pub mod fast;
 pub mod frontier;
+pub mod given_up;
 pub mod holder;
 pub mod lapped;
 pub mod layout;
@@ -107,9 +108,9 @@ pub use holder::{check, finish_unleased_release, release, release_unleased_fast,
 pub use layout::{Geometry, LockState, OwnedState};
 pub use leasing::extend;
 pub use platform::{Liveness, Platform, Tuning};
-pub use publish::{Published, publish};
+pub use publish::{LappedGiveUp, Look, Published, give_up_lapped, publish, publish_once};
 pub use recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
-pub use wait::{lock, lock_watched, try_lock};
+pub use wait::{lock, lock_queued, lock_watched, try_lock};
 pub use word::{State, Word};
 
 /// Who is taking a ticket.

@@ -3,6 +3,7 @@
 
 use super::advance::{advance, cas};
 use super::claim::{claim_cas, claimed, stamp_owner, stamp_since, wait_out_barges};
+use super::given_up::{self, GaveUp};
 use super::lapped;
 use super::layout::LockState;
 use super::lease::LeaseField;
@@ -11,7 +12,8 @@ use super::platform::{Platform, Tuning};
 use super::recover::{Watch, recover};
 use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
-use crate::primitive::Ordering::Acquire;
+use crate::primitive::Ordering::{Acquire, SeqCst};
+use crate::primitive::fence;
 
 /// What publishing a ticket came to.
 pub enum Published {
@@ -26,7 +28,8 @@ pub enum Published {
 
 /// Publishes ticket `t` in its slot, or claims it if it was granted in advance. A taker whose
 /// slot is still used by an earlier ticket (more than `N` outstanding) polls for it, and
-/// recovers what is stuck ahead meanwhile, like any waiter (`watch` times what it sees).
+/// recovers what is stuck ahead meanwhile, like any waiter (`watch` times what it sees); if
+/// `deadline` passes meanwhile (or `watch`'s hook says stop) it gives the ticket up.
 pub fn publish<P: Platform>(
     st: &LockState<'_>,
     p: &P,
@@ -36,10 +39,64 @@ pub fn publish<P: Platform>(
     tuning: &Tuning,
     watch: &mut Watch<'_>,
 ) -> Result<Published, WaitError> {
-    let slot = st.slot(t);
-    let lap = st.lap(t);
     let mut recovered_at_deadline = false;
     let mut deadline = deadline;
+    loop {
+        if let Look::Done(r) = publish_once(st, p, t, me, deadline, tuning, watch)? {
+            return Ok(r);
+        }
+        // More than N tickets are outstanding and an earlier ticket (t - N, or t - kN with
+        // more than kN outstanding) still uses the slot, or is final but no grant has passed
+        // it yet (see `may_reuse`). Poll until it is final, and meanwhile do what every waiter
+        // does: keep the queue ahead moving (with a 2-slot array most takers are here; if none
+        // of them recovered, a dead taker's pre-grant ahead would stall everyone). If we time
+        // out here we say so in the slot's given-up word, where the walk finds it
+        // (`given_up`); the entry `publish_once` left in the slot meanwhile lets the queue
+        // pass our ticket at once if we are killed (`lapped`).
+        let expired = deadline.is_some_and(|d| p.now_ns() >= d);
+        if expired && recovered_at_deadline {
+            if give_up_lapped(st, p, t, me.participant) == LappedGiveUp::InWord {
+                continue; // granted or passed meanwhile: the next look decides
+            }
+            return Err(watch.stopped());
+        }
+        recover(st, p, t, watch, tuning);
+        if expired {
+            // One look at what only the dead keep from us, then the slot again.
+            recovered_at_deadline = true;
+            continue;
+        }
+        p.pause(deadline);
+        if watch.interrupted() {
+            deadline = Some(0);
+        }
+    }
+}
+
+/// What one look of [`publish_once`] came to.
+pub enum Look {
+    /// Published, claimed, or skipped: as [`publish`] answers.
+    Done(Published),
+    /// Our slot is still used by an earlier lap: we are lapped, recorded in the slot (an entry
+    /// of [`lapped`], if one was free); look again later, or give the ticket up with
+    /// [`give_up_lapped`].
+    Lapped,
+}
+
+/// One look at ticket `t`'s slot: publishes it, claims its pre-grant, finds it skipped — or,
+/// lapped, records us and says so without waiting. `deadline` bounds only a claim's wait for
+/// a barger (bounded files).
+pub fn publish_once<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    t: u64,
+    me: &Me,
+    deadline: Option<u64>,
+    tuning: &Tuning,
+    watch: &mut Watch<'_>,
+) -> Result<Look, WaitError> {
+    let slot = st.slot(t);
+    let lap = st.lap(t);
     loop {
         // The lease field first, then the word: a field read before a word that shows the
         // previous lap final (or our pre-grant) cannot be a later lap's (see `leasing`), so an
@@ -80,18 +137,18 @@ pub fn publish<P: Platform>(
                             Some(&mut *watch),
                         )?
                         else {
-                            return Ok(Published::Skipped);
+                            return Ok(Look::Done(Published::Skipped));
                         };
-                        return Ok(match claimed(st, p, slot, t, me) {
+                        return Ok(Look::Done(match claimed(st, p, slot, t, me) {
                             true => Published::Held(Grant {
                                 overtaken,
                                 ..Grant::of(t, w.died() || news, leased, false)
                             }),
                             false => Published::Skipped,
-                        });
+                        }));
                     }
                 }
-                State::Skipped => return Ok(Published::Skipped),
+                State::Skipped => return Ok(Look::Done(Published::Skipped)),
                 _ => return Err(WaitError::Corrupt("another owner published our ticket")),
             },
             LapRelation::Previous | LapRelation::Behind
@@ -115,7 +172,7 @@ pub fn publish<P: Platform>(
                         // us (see `weighted`: the walk's fence pairs with a releaser's).
                         advance(st, p, t, false);
                     }
-                    return Ok(Published::Waiting(waiting));
+                    return Ok(Look::Done(Published::Waiting(waiting)));
                 }
             }
             LapRelation::Previous | LapRelation::Behind
@@ -123,50 +180,24 @@ pub fn publish<P: Platform>(
                     && me.shared
                     && w.shared()
                     && matches!(state, State::Held | State::Granted)
-                    && watch.may_retake(st.slot_count())
-                    && lapped::give_up(slot, lap, me.participant) =>
+                    && watch.may_retake(st.slot_count()) =>
             {
                 // A share (a read, a permit) taken N tickets before ours still holds our slot.
                 // Waiting for it would hold up everyone behind us although we may well fit
                 // next to it (one long read would stop all reads N tickets later): give the
                 // ticket up — recorded, so walks pass it at once — and take a new one. This
                 // costs arrival order by the tickets taken meanwhile, only in this case.
-                advance(st, p, t, false);
+                if give_up_lapped(st, p, t, me.participant) == LappedGiveUp::InWord {
+                    continue; // our lap reached the word meanwhile: look again
+                }
                 crate::crash_point!("weighted.retake");
-                return Ok(Published::Skipped);
+                return Ok(Look::Done(Published::Skipped));
             }
             LapRelation::Previous | LapRelation::Behind => {
-                // More than N tickets are outstanding and an earlier ticket (t - N, or t - kN
-                // with more than kN outstanding) still uses the slot, or is final but no grant
-                // has passed it yet (see `may_reuse`). Poll until it is final, and meanwhile do
-                // what every waiter does: keep the queue ahead moving (with a 2-slot array most
-                // takers are here; if none of them recovered, a dead taker's pre-grant ahead
-                // would stall everyone). If we time out here the ticket stays unpublished and
-                // is passed over at once if our record says so, else after the grace.
-                // We also leave a record in the slot, so that if we give up or die here the
-                // queue passes our ticket at once instead of after the grace (`lapped`).
                 lapped::register(slot, lap, me.participant);
-                let expired = deadline.is_some_and(|d| p.now_ns() >= d);
-                if expired && recovered_at_deadline {
-                    lapped::give_up(slot, lap, me.participant);
-                    if st.is_weighted() {
-                        // A weighted walk stops at an unpublished ticket: pass ours now.
-                        advance(st, p, t, false);
-                    }
-                    return Err(watch.stopped());
-                }
-                recover(st, p, t, watch, tuning);
-                if expired {
-                    // One look at what only the dead keep from us, then the slot again.
-                    recovered_at_deadline = true;
-                    continue;
-                }
-                p.pause(deadline);
-                if watch.interrupted() {
-                    deadline = Some(0);
-                }
+                return Ok(Look::Lapped);
             }
-            LapRelation::Later => return Ok(Published::Skipped),
+            LapRelation::Later => return Ok(Look::Done(Published::Skipped)),
         }
     }
 }
@@ -214,4 +245,52 @@ fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool
     }
     advance(st, p, head, false);
     false
+}
+
+/// What [`give_up_lapped`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LappedGiveUp {
+    /// Recorded (and a pre-grant of it, if a walk made one meanwhile, passed): the ticket is
+    /// gone.
+    Gone,
+    /// The slot word shows the ticket's lap: a walk pre-granted or passed it before the bit
+    /// was set. The caller looks at the word (a pre-grant is still ours to claim).
+    InWord,
+}
+
+/// The lapped taker of ticket `t` gives it up (a timeout, an interrupt, a retake): its bit in
+/// the slot's given-up word, then — the other half of the Dekker pair in `advance` (see
+/// `given_up`) — a look at the word: a pre-grant made meanwhile is passed on (the died flag it
+/// carried kept). Also for the new owner of a dead process's entry, whose lapped tickets that
+/// process left.
+pub fn give_up_lapped<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    t: u64,
+    participant: u32,
+) -> LappedGiveUp {
+    let slot = st.slot(t);
+    let lap = st.lap(t);
+    if let GaveUp::InWord(_) = given_up::give_up(st, t) {
+        return LappedGiveUp::InWord;
+    }
+    crate::crash_point!("acquire.lapped_gave_up");
+    lapped::clear(slot, lap, participant);
+    if st.is_weighted() {
+        // A weighted walk stops at an unpublished ticket and grants nothing in advance: walk,
+        // so that it passes ours (its fence pairs with the walk's).
+        advance(st, p, t, false);
+        return LappedGiveUp::Gone;
+    }
+    fence(SeqCst);
+    // Acquire: pairs with the pre-grant CAS.
+    let w = Word(slot.word.load(Acquire));
+    if relate(w.lap(), lap) == LapRelation::Same
+        && w.state() == Some(State::Ready)
+        && cas(slot, w, w.with_state(State::Skipped))
+    {
+        // Every ticket before ours is final (it was pre-granted): walk on from it.
+        advance(st, p, t, false);
+    }
+    LappedGiveUp::Gone
 }

@@ -44,6 +44,20 @@ fn hold_in_slot(st: &LockState<'_>, p: &ModelPlatform, participant: u32) -> Gran
     g
 }
 
+/// Takes a ticket and gives it up at once (a deadline already past), as a timed-out waiter
+/// does — not `lock` with that deadline, which makes one try without a ticket.
+fn time_out<P: Platform>(st: &LockState<'_>, p: &P, participant: u32) -> Result<Grant, WaitError> {
+    wait::lock_queued(
+        st,
+        p,
+        &me(participant),
+        Some(0),
+        &Tuning::default(),
+        None,
+        recover::Watch::default(),
+    )
+}
+
 /// A ticket queued behind whoever holds.
 fn enqueue(st: &LockState<'_>, participant: u32) -> u64 {
     let t = fast::take_queued(st, &ModelPlatform::new(1));
@@ -469,8 +483,8 @@ fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
     let t = Tuning::default();
     let _g0 = hold_in_slot(&st, &p, 0);
     // Ticket 1 waits and gives up; ticket 2 is lapped (slot 0 still ticket 0's) and gives up.
-    assert_eq!(lock(&st, &p, &me(1), Some(0), &t), Err(WaitError::Timeout));
-    assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
+    assert_eq!(time_out(&st, &p, 1), Err(WaitError::Timeout));
+    assert_eq!(time_out(&st, &p, 2), Err(WaitError::Timeout));
     // The holder's thread exits holding: its word is revoked; the walk that follows passes
     // ticket 2 by its record, replacing slot 0's Revoked word — and is killed right there.
     let s0 = st.slot(0);
@@ -488,8 +502,8 @@ fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
     let o = OwnedState::new(2, 4);
     let st = o.view();
     let g0 = hold_in_slot(&st, &p, 0);
-    assert_eq!(lock(&st, &p, &me(1), Some(0), &t), Err(WaitError::Timeout));
-    assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
+    assert_eq!(time_out(&st, &p, 1), Err(WaitError::Timeout));
+    assert_eq!(time_out(&st, &p, 2), Err(WaitError::Timeout));
     revoke_own(&st, &p, &g0, 0).unwrap();
     let g3 = lock(&st, &p, &me(3), None, &t).unwrap();
     assert!(g3.ticket == 3 && g3.died);
@@ -510,7 +524,7 @@ fn a_lapped_zero_timeout_recovers_before_it_gives_up() {
     p.set_dead(1, true);
     let mut got = None;
     for _ in 0..10 {
-        if let Ok(g) = lock(&st, &p, &me(2), Some(0), &t) {
+        if let Ok(g) = time_out(&st, &p, 2) {
             got = Some(g);
             break;
         }
@@ -521,6 +535,17 @@ fn a_lapped_zero_timeout_recovers_before_it_gives_up() {
         "the dead holder was never revoked"
     );
     let g = got.expect("only the dead were ahead");
+    assert!(g.died);
+    // And `lock` with a deadline already past, which makes one try without a ticket: it
+    // recovers first, too.
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let _g0 = hold_in_slot(&st, &p, 0);
+    let _t1 = enqueue(&st, 1);
+    p.set_dead(0, true);
+    p.set_dead(1, true);
+    let g = lock(&st, &p, &me(2), Some(0), &t).expect("only the dead were ahead");
     assert!(g.died);
 }
 
@@ -536,7 +561,7 @@ fn a_storm_of_lapped_timeouts_costs_no_grace() {
     let g0 = hold_in_slot(&st, &p, 0);
     let _t1 = enqueue(&st, 1);
     for _ in 0..20 {
-        assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
+        assert_eq!(time_out(&st, &p, 2), Err(WaitError::Timeout));
     }
     release(&st, &p, &g0, 0).unwrap();
     let g1 = match claim::claim_granted(&st, &p, 1, &me(1)).unwrap() {
@@ -559,6 +584,180 @@ fn a_storm_of_lapped_timeouts_costs_no_grace() {
         assert!(graces < 100);
     }
     assert_eq!(graces, 0, "{graces} graces sat out");
+}
+
+/// Live lapped takers interleaved with takers that time out while lapped (a polling loop next
+/// to real waiters behind a long hold, on a 2-slot array): every given-up ticket is passed at
+/// once, every live one is pre-granted in turn, and the lock is free at the end — no grace sat
+/// out, the clock never moved. (With at most three side records per slot, every given-up ticket
+/// past them was pre-granted and cost a grace: hours for a polling loop.)
+#[test]
+fn given_up_tickets_between_live_lapped_ones_cost_no_grace() {
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(0);
+    let t = Tuning::default();
+    let g0 = hold_in_slot(&st, &p, 0);
+    let t1 = enqueue(&st, 1);
+    let mut live = Vec::new();
+    for _ in 0..12 {
+        // A live taker whose slot an earlier lap still uses: it polls (here: does nothing yet).
+        let fast::Taken::Queued(tk, _) = fast::take(&st, &p, &me(2)) else {
+            panic!("room for a lapped ticket")
+        };
+        lapped::register(st.slot(tk), st.lap(tk), 2);
+        live.push(tk);
+        assert_eq!(time_out(&st, &p, 3), Err(WaitError::Timeout));
+    }
+    release(&st, &p, &g0, 0).unwrap();
+    let mut held = match claim::claim_granted(&st, &p, t1, &me(1)).unwrap() {
+        claim::Claim::Held(g) => g,
+        c => panic!("{c:?}"),
+    };
+    let mut holder = 1;
+    for tk in live {
+        release(&st, &p, &held, holder).unwrap();
+        // The given-up ticket before `tk` is passed; `tk` is pre-granted, and its taker claims
+        // it at its next poll.
+        assert_eq!(state_of(&st, tk), Some(State::Ready), "ticket {tk}");
+        let mut watch = recover::Watch::default();
+        held = match publish(&st, &p, tk, &me(2), None, &t, &mut watch).unwrap() {
+            Published::Held(g) => g,
+            _ => panic!("ticket {tk}: not pre-granted"),
+        };
+        holder = 2;
+    }
+    release(&st, &p, &held, holder).unwrap();
+    let next = st.next_ticket();
+    assert_eq!(
+        recover::recover(&st, &p, next, &mut recover::Watch::default(), &t),
+        recover::Ahead::Clear
+    );
+    let g = try_lock(&st, &p, &me(4), &t).unwrap().expect("idle");
+    assert!(g.fast && !g.died);
+}
+
+/// A lapped taker of a later lap gives up while the slot's word pre-grants an earlier one,
+/// still unclaimed: the pre-granted taker, alive, keeps its grant (its lap is not read as given
+/// up) until it claims it. (The later give-up rebased the slot's given-up word onto the
+/// pre-granted lap, which then read as given up: recovery passed a live taker's grant.)
+#[test]
+fn a_later_give_up_never_passes_a_live_pre_grant() {
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(0);
+    let t = Tuning::default();
+    let g0 = hold_in_slot(&st, &p, 0);
+    let t1 = enqueue(&st, 1);
+    // Ticket 2 lapped (slot 0 is ticket 0's), live; ticket 3 lapped behind ticket 1.
+    let fast::Taken::Queued(t2, _) = fast::take(&st, &p, &me(2)) else {
+        panic!()
+    };
+    release(&st, &p, &g0, 0).unwrap();
+    let g1 = match claim::claim_granted(&st, &p, t1, &me(1)).unwrap() {
+        claim::Claim::Held(g) => g,
+        c => panic!("{c:?}"),
+    };
+    release(&st, &p, &g1, 1).unwrap();
+    assert_eq!(
+        state_of(&st, t2),
+        Some(State::Ready),
+        "ticket 2 pre-granted"
+    );
+    // Ticket 3 waits; ticket 4 (slot 0 again, lapped by the pre-grant) is taken and given up.
+    let t3 = enqueue(&st, 5);
+    let fast::Taken::Queued(t4, _) = fast::take(&st, &p, &me(3)) else {
+        panic!()
+    };
+    assert_eq!((t2, t3, t4), (2, 3, 4));
+    assert_eq!(
+        publish::give_up_lapped(&st, &p, t4, 3),
+        publish::LappedGiveUp::Gone
+    );
+    assert!(
+        !given_up::given_up(st.slot(t2), st.lap(t2)),
+        "ticket 2 did not give up"
+    );
+    // And two laps on (ticket 6: its slot's word two laps behind, a pre-grant).
+    let fast::Taken::Queued(t5, _) = fast::take(&st, &p, &me(4)) else {
+        panic!()
+    };
+    let fast::Taken::Queued(t6, _) = fast::take(&st, &p, &me(3)) else {
+        panic!()
+    };
+    assert_eq!((t5, t6), (5, 6));
+    assert_eq!(
+        publish::give_up_lapped(&st, &p, t6, 3),
+        publish::LappedGiveUp::Gone
+    );
+    assert!(
+        !given_up::given_up(st.slot(t2), st.lap(t2)),
+        "ticket 2 did not give up"
+    );
+    let mut watch = recover::Watch::default();
+    assert!(matches!(
+        recover::recover(&st, &p, st.next_ticket(), &mut watch, &t),
+        recover::Ahead::Unclaimed(_)
+    ));
+    assert_eq!(state_of(&st, t2), Some(State::Ready), "still ticket 2's");
+    let g2 = match publish(&st, &p, t2, &me(2), None, &t, &mut watch).unwrap() {
+        Published::Held(g) => g,
+        _ => panic!("ticket 2 lost its grant"),
+    };
+    release(&st, &p, &g2, 2).unwrap();
+    assert_eq!(state_of(&st, t3), Some(State::Granted));
+}
+
+/// A taker finds no room for a ticket once its slot has `WINDOW` laps outstanding beyond the
+/// one in its word; it waits without one (a deadline passes: `Timeout`, nothing left behind),
+/// and takes one as soon as the queue moves.
+#[test]
+fn no_ticket_without_room_for_its_giving_up() {
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let t = Tuning::default();
+    let g0 = hold_in_slot(&st, &p, 0);
+    let t1 = enqueue(&st, 1);
+    // Live lapped takers (they never give up) fill both slots' windows.
+    let mut taken = 0;
+    loop {
+        match fast::take(&st, &p, &me(2)) {
+            fast::Taken::Queued(..) => taken += 1,
+            fast::Taken::Full(next) => {
+                assert_eq!(next, st.next_ticket(), "no ticket taken");
+                break;
+            }
+            fast::Taken::Fast(_) => panic!("held"),
+        }
+        assert!(taken <= 2 * given_up::WINDOW, "{taken} tickets");
+    }
+    assert_eq!(taken, 2 * given_up::WINDOW, "both windows full");
+    let next = st.next_ticket();
+    let deadline = p.now_ns() + 1_000;
+    assert_eq!(
+        lock(&st, &p, &me(3), Some(deadline), &t),
+        Err(WaitError::Timeout)
+    );
+    assert_eq!(st.next_ticket(), next, "the timed-out taker took nothing");
+    // The hold ends: slot 0's window moves, and a ticket is taken again.
+    release(&st, &p, &g0, 0).unwrap();
+    assert_eq!(state_of(&st, t1), Some(State::Granted));
+    let _ = t1;
+    assert!(
+        matches!(fast::take(&st, &p, &me(3)), fast::Taken::Full(_)),
+        "slot 0's next lap still waits for ticket 2 to publish"
+    );
+    // Ticket 2's taker publishes (it was lapped by ticket 0): slot 0's word moves on.
+    let mut watch = recover::Watch::default();
+    assert!(matches!(
+        publish(&st, &p, 2, &me(2), None, &t, &mut watch).unwrap(),
+        Published::Waiting(_)
+    ));
+    assert!(matches!(
+        fast::take(&st, &p, &me(3)),
+        fast::Taken::Queued(..)
+    ));
 }
 
 /// `try_lock` waits for unclaimed pre-grants for one grace in all, not one per ticket.
@@ -599,7 +798,7 @@ fn no_false_owner_died_after_a_normal_release() {
     let g0 = hold_in_slot(&st, &p, 0);
     let t1 = enqueue(&st, 1);
     // Ticket 2 is lapped (slot 0 still ticket 0's, held) and times out: a run of one.
-    assert_eq!(lock(&st, &p, &me(2), Some(0), &t), Err(WaitError::Timeout));
+    assert_eq!(time_out(&st, &p, 2), Err(WaitError::Timeout));
     assert!(super::lapped::gone(st.slot(2), st.lap(2), &p));
     // Ticket 0's owner dies holding: revoked, ticket 1 granted and told (rightly).
     revoke_own(&st, &p, &g0, 0).unwrap();

@@ -62,7 +62,7 @@ pub fn lock_watched<P: Platform>(
     deadline: Option<u64>,
     tuning: &Tuning,
     first: Option<u64>,
-    mut watch: Watch<'_>,
+    watch: Watch<'_>,
 ) -> Result<Grant, WaitError> {
     // A file with a bypass bound: take the lock ahead of a grantee not yet running, if the
     // bound allows (see `barge`); not with a lease.
@@ -73,15 +73,62 @@ pub fn lock_watched<P: Platform>(
     {
         return Ok(g);
     }
+    if first.is_none() && deadline.is_some_and(|d| p.now_ns() >= d) {
+        // A deadline already past: one try, as `try_lock` makes it (a dead holder recovered,
+        // a free lock taken, never a ticket to give up at once: a polling loop of
+        // `lock_timeout(0)` leaves nothing behind).
+        return match try_lock(st, p, me, tuning)? {
+            Some(g) => Ok(g),
+            None => Err(watch.stopped()),
+        };
+    }
+    lock_queued(st, p, me, deadline, tuning, first, watch)
+}
+
+/// The queued part of [`lock_watched`]: takes a ticket (unless `first` is one already taken),
+/// publishes it, waits for its grant until `deadline` (giving it up then, even if the deadline
+/// was past from the start), claims it.
+#[allow(clippy::too_many_arguments)]
+pub fn lock_queued<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    me: &Me,
+    deadline: Option<u64>,
+    tuning: &Tuning,
+    first: Option<u64>,
+    mut watch: Watch<'_>,
+) -> Result<Grant, WaitError> {
     let mut first = first;
-    for _ in 0..MAX_RETAKES {
+    let mut deadline = deadline;
+    let mut recovered_at_deadline = false;
+    let mut retakes = 0;
+    while retakes < MAX_RETAKES {
         let (t, arrived) = match first.take() {
             Some(t) => (t, 0),
             None => match take(st, p, me) {
                 Taken::Fast(g) => return Ok(g),
                 Taken::Queued(t, arrived) => (t, arrived),
+                Taken::Full(next) => {
+                    // No room for a ticket (see `given_up`): wait for it without one,
+                    // keeping the queue ahead moving meanwhile, as a lapped taker does.
+                    let expired = deadline.is_some_and(|d| p.now_ns() >= d);
+                    if expired && recovered_at_deadline {
+                        return Err(watch.stopped());
+                    }
+                    recover(st, p, next, &mut watch, tuning);
+                    if expired {
+                        recovered_at_deadline = true;
+                    } else {
+                        p.pause(deadline);
+                        if watch.interrupted() {
+                            deadline = Some(0);
+                        }
+                    }
+                    continue;
+                }
             },
         };
+        retakes += 1;
         // In a file with a bypass bound the ticket's arrival (barges counted when it was
         // taken) goes into its slot with the beacon, for barges to count against.
         let with_arrival;
@@ -192,6 +239,7 @@ fn take_free<P: Platform>(
     let t = match take(st, p, me) {
         Taken::Fast(g) => return Ok(Some(g)), // not with a lease; for completeness
         Taken::Queued(t, _) => t,
+        Taken::Full(_) => return Ok(None), // someone queued meanwhile, a long queue
     };
     match publish(st, p, t, me, Some(0), tuning, watch)? {
         Published::Held(g) => Ok(Some(g)),
@@ -226,7 +274,7 @@ fn try_weighted<P: Platform>(
         let w = st.lock_word(Relaxed);
         let t = st.ticket_of(w);
         let ahead = recover(st, p, t, &mut watch, tuning);
-        if super::weighted::admits(st, p, t, me.shared) {
+        if super::weighted::admits(st, p, t, me.shared) && super::given_up::has_room(st, t) {
             if !st.take_ticket_if(w) {
                 continue; // someone took it first: look again
             }
