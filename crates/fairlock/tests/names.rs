@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{Shm, TempDir, Worker, log_append, log_entries, role, wait_all};
 use fairlock::{Error, FairLock, LockKind, Status};
+use proptest::prelude::*;
 
 fn named(path: &std::path::Path, key: &str) -> FairLock {
     FairLock::options()
@@ -665,6 +666,82 @@ fn a_killed_process_s_names_are_reclaimed() {
     drop((one, held, more));
 }
 
+/// A process holding name `victim` is killed; no one opens `victim` for a while, and 40 other
+/// names come and go in a file of 16 records, so that sweeps run again and again. The next
+/// holder of `victim` is still told its owner died, and its tokens did not fall: a record that
+/// holds news of a death is not reclaimed (it was: the name came back in a fresh record,
+/// `owner_died()` false). Once told, the record is reclaimed like any other.
+#[test]
+fn a_dead_holder_s_news_survives_sweeps() {
+    if role().is_some() {
+        let path = common::env("FL_LOCK");
+        let l = FairLock::options()
+            .name("victim")
+            .name_capacity(16)
+            .open(&path)
+            .unwrap();
+        let g = l.lock().unwrap();
+        std::fs::write(common::env("FL_MARK"), g.token().to_string()).unwrap();
+        std::mem::forget(g);
+        std::thread::sleep(Duration::from_secs(600));
+        return;
+    }
+    let dir = TempDir::new("names-news-swept");
+    let path = dir.join("names.lock");
+    let mark = dir.join("mark");
+    let mut w = Worker::spawn(
+        dir.path(),
+        "a_dead_holder_s_news_survives_sweeps",
+        "victim",
+        "victim",
+        &[
+            ("FL_LOCK", path.display().to_string()),
+            ("FL_MARK", mark.display().to_string()),
+        ],
+    );
+    common::wait_until(Duration::from_secs(30), "the victim's holder", || {
+        std::fs::read_to_string(&mark).is_ok_and(|s| !s.is_empty())
+    });
+    let victim_token: u64 = std::fs::read_to_string(&mark).unwrap().parse().unwrap();
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(w.pid() as i32, libc::SIGKILL) };
+    w.status = Some(w.child.wait().unwrap());
+    let open = |key: &str| {
+        FairLock::options()
+            .name(key)
+            .name_capacity(16)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
+    for i in 0..40 {
+        let l = open(&format!("passer-{i}"));
+        drop(l.lock().unwrap());
+    }
+    let victim = open("victim");
+    let g = victim
+        .lock_timeout(Duration::from_secs(10))
+        .expect("victim");
+    assert!(
+        g.owner_died(),
+        "the next holder of victim is told its owner died"
+    );
+    assert!(
+        g.token() > victim_token,
+        "tokens rise: {} after {victim_token}",
+        g.token()
+    );
+    drop(g);
+    drop(victim);
+    // Told: the record is an ordinary unused one now, reclaimed by the next sweeps.
+    for i in 40..80 {
+        let l = open(&format!("passer-{i}"));
+        drop(l.lock().unwrap());
+    }
+    let again = open("victim");
+    let g = again.lock().unwrap();
+    assert!(!g.owner_died(), "told once");
+}
+
 #[test]
 fn a_file_of_names_from_another_boot_keeps_its_names_tokens_and_values() {
     let dir = TempDir::new("names-other-boot");
@@ -750,4 +827,124 @@ fn a_recently_used_file_of_names_still_checks_what_it_is_opened_as() {
         .open_mutex::<u64>(&path)
         .unwrap();
     assert_eq!(*fresh.lock().unwrap(), 0);
+}
+
+/// What a property test of named locks does to a file of 8 or 16 records.
+#[derive(Clone, Debug)]
+enum NameOp {
+    /// A process locks name `k` and dies holding it.
+    HoldAndDie(u8),
+    /// `n` fresh names are created, locked once and closed (sweeps run when the file fills).
+    Churn(u8),
+    /// Name `k` is opened, locked, told or not that its owner died, unlocked and closed.
+    Use(u8),
+}
+
+/// A worker for `names_keep_their_death_news`: locks `FL_NAME` and dies holding it.
+fn hold_and_die() {
+    let l = FairLock::options()
+        .name(common::env("FL_NAME"))
+        .name_capacity(common::env_parse("FL_CAP"))
+        .open(common::env("FL_LOCK"))
+        .unwrap();
+    let g = l.lock().unwrap();
+    std::mem::forget(g);
+    // SAFETY: `_exit` ends the process at once (no destructors): a holder killed holding.
+    unsafe { libc::_exit(0) }
+}
+
+fn names_keep_their_death_news(capacity: u32, ops: &[NameOp], case: usize) {
+    let dir = TempDir::new(&format!("names-news-prop-{case}"));
+    let path = dir.join("names.lock");
+    let open = |key: &str| {
+        FairLock::options()
+            .name(key)
+            .name_capacity(capacity)
+            .open(&path)
+    };
+    let mut news = [false; 4];
+    let mut tokens = [0u64; 4];
+    let mut fresh = 0u32;
+    for op in ops {
+        match *op {
+            NameOp::HoldAndDie(k) => {
+                if news[k as usize] {
+                    continue; // its last holder is dead already: locking would wait
+                }
+                let mut w = Worker::spawn(
+                    dir.path(),
+                    "names_keep_their_death_news_across_sweeps",
+                    "holder",
+                    &format!("h{case}-{k}"),
+                    &[
+                        ("FL_LOCK", path.display().to_string()),
+                        ("FL_NAME", format!("n{k}")),
+                        ("FL_CAP", capacity.to_string()),
+                    ],
+                );
+                wait_all(std::slice::from_mut(&mut w), Duration::from_secs(30));
+                news[k as usize] = true;
+            }
+            NameOp::Churn(n) => {
+                for _ in 0..n {
+                    fresh += 1;
+                    match open(&format!("churn-{fresh}")) {
+                        Ok(l) => drop(l.lock().unwrap()),
+                        // Every record holds a name in use or one whose news is untold.
+                        Err(Error::TooManyNames { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            NameOp::Use(k) => {
+                let l = match open(&format!("n{k}")) {
+                    Ok(l) => l,
+                    Err(Error::TooManyNames { .. }) if !news[k as usize] => continue,
+                    Err(e) => panic!("n{k}: {e}"),
+                };
+                let g = l.lock_timeout(Duration::from_secs(10)).expect("lock");
+                assert_eq!(
+                    g.owner_died(),
+                    news[k as usize],
+                    "n{k}: told {} after {ops:?}",
+                    g.owner_died()
+                );
+                assert!(g.token() > tokens[k as usize], "n{k}: tokens rise");
+                tokens[k as usize] = g.token();
+                news[k as usize] = false;
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Names whose holders die, churned by other names in a small file (so that sweeps reclaim
+    /// what they can), and used again: each use is told exactly when its last holder died, and
+    /// its tokens keep rising.
+    #[test]
+    fn names_keep_their_death_news_across_sweeps(
+        capacity in prop_oneof![Just(8u32), Just(16u32)],
+        ops in prop::collection::vec(
+            prop_oneof![
+                2 => (0..4u8).prop_map(NameOp::HoldAndDie),
+                2 => (1..40u8).prop_map(NameOp::Churn),
+                3 => (0..4u8).prop_map(NameOp::Use),
+            ],
+            1..12,
+        ),
+    ) {
+        if role().is_some() {
+            hold_and_die();
+            return Ok(());
+        }
+        static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        names_keep_their_death_news(capacity, &ops, case);
+    }
 }

@@ -258,3 +258,90 @@ fn nesting_is_bounded_and_never_gives_the_outer_grant_away() {
     *g += 1;
     assert!(g.check().is_ok());
 }
+
+/// A holder whose leased grant was taken over (it slept past its lease; another thread of the
+/// same process took the lock) locks again: `LockLost`, at once, for a re-entrant lock and a
+/// plain one alike — not a new grant (the code since the takeover ran without the lock while
+/// believing it held it), not a wait. Once it drops the lost guard it locks as anyone does.
+/// (A `FairRLock` in the chaos suite with leases and stops got a new grant here: the second
+/// thread's grant had replaced the first one's in the process's record of its holder.)
+#[test]
+fn a_relock_on_a_grant_taken_over_is_lock_lost() {
+    for reentrant in [true, false] {
+        let dir = TempDir::new("reent-lost");
+        let path = dir.join("lock");
+        let opts = {
+            let mut o = FairLock::options();
+            o.lease(Duration::from_millis(100));
+            o
+        };
+        let lock: Arc<dyn Fn() -> fairlock::Result<fairlock::LockGuard<'static>> + Send + Sync> =
+            if reentrant {
+                let l: &'static FairRLock = Box::leak(Box::new(opts.open_rlock(&path).unwrap()));
+                Arc::new(move || l.lock())
+            } else {
+                let l: &'static FairLock = Box::leak(Box::new(opts.open(&path).unwrap()));
+                Arc::new(move || l.lock())
+            };
+        let outer = lock().expect("outer");
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let other = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                // Waits, then takes the lock over once the outer grant's lease ran out.
+                let g = lock().expect("take over");
+                tx.send(g.token()).unwrap();
+                done_rx.recv().unwrap();
+                drop(g);
+            })
+        };
+        let taken_over = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the other thread takes the lock over");
+        assert!(taken_over > outer.token());
+        // The other thread holds: our re-lock is refused at once, not queued behind it.
+        let r = lock();
+        assert!(
+            matches!(r, Err(Error::LockLost { .. })),
+            "reentrant {reentrant}: re-lock while another thread holds: {:?}",
+            r.map(|g| g.token())
+        );
+        done_tx.send(()).unwrap();
+        other.join().unwrap();
+        // Free now: still refused, while the lost guard lives.
+        let r = lock();
+        assert!(
+            matches!(r, Err(Error::LockLost { .. })),
+            "reentrant {reentrant}: re-lock after the other released: {:?}",
+            r.map(|g| g.token())
+        );
+        assert!(matches!(outer.check(), Err(Error::LockLost { .. })));
+        assert!(matches!(outer.unlock(), Err(Error::LockLost { .. })));
+        let fresh = lock().expect("a fresh lock once the lost guard is gone");
+        assert!(fresh.token() > taken_over);
+    }
+}
+
+/// A leased grant that is still ours nests (a re-entrant lock) or is refused with
+/// `WouldDeadlock` (a plain one), whichever handle locks again; its nested guards share its
+/// token and lease.
+#[test]
+fn a_relock_on_a_live_leased_grant_nests() {
+    let dir = TempDir::new("reent-leased-live");
+    let path = dir.join("lock");
+    let rl = FairRLock::options()
+        .lease(Duration::from_secs(30))
+        .open_rlock(&path)
+        .expect("open");
+    let outer = rl.lock().expect("outer");
+    let inner = rl.lock().expect("nested");
+    assert_eq!(inner.token(), outer.token());
+    assert_eq!(inner.lease(), Some(Duration::from_secs(30)));
+    let plain = FairLock::open(&path).expect("open plain");
+    assert!(matches!(plain.lock(), Err(Error::WouldDeadlock { .. })));
+    drop(inner);
+    assert!(!free_for_others(&path), "the outer level still holds");
+    drop(outer);
+    assert!(free_for_others(&path));
+}

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::shared::Shared;
+use super::thread_leases;
 use crate::core::{self, Grant};
 use crate::error::{Error, Result};
 
@@ -240,6 +241,9 @@ impl<'a> LockGuard<'a> {
         if !sh.is_current() {
             return Err(self.lost()); // inherited through fork: the parent's, not ours
         }
+        if self.lease_ms.is_some() {
+            return self.release_leased_level();
+        }
         // Relaxed: `owner`/`depth` are only written by the holding thread, which is us.
         if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
             let depth = sh.hold.depth.load(Relaxed);
@@ -251,12 +255,33 @@ impl<'a> LockGuard<'a> {
             sh.hold.depth.store(0, Relaxed);
             sh.hold.owner.store(0, Relaxed);
         }
-        if self.lease_ms.is_some() {
-            return self.release_leased();
-        }
         match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant, self.fast()) {
             Some(true) => Ok(()),
             outcome => self.finish_unleased(outcome),
+        }
+    }
+
+    /// A leased guard gives back its level of its thread's grant (`thread_leases`): a nested
+    /// one only that; the outermost (or a share's, never recorded) releases — or, if a nested
+    /// guard was dropped while panicking, gives the grant up as if its owner died.
+    #[cold]
+    fn release_leased_level(&self) -> Result<()> {
+        let sh = self.shared;
+        let before =
+            thread_leases::set_depth(
+                sh,
+                self.ticket,
+                |d| {
+                    if d & !POISONED > 1 { d - 1 } else { 0 }
+                },
+            );
+        match before {
+            Some(d) if d & !POISONED > 1 => {
+                core::check(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+                    .map_err(|_| self.lost())
+            }
+            Some(d) if d & POISONED != 0 => self.give_up_as_dead(),
+            _ => self.release_leased(),
         }
     }
 
@@ -286,6 +311,20 @@ impl<'a> LockGuard<'a> {
         if !sh.is_current() {
             return Err(self.lost());
         }
+        if self.lease_ms.is_some() {
+            let before = thread_leases::set_depth(sh, self.ticket, |d| {
+                if d & !POISONED > 1 {
+                    (d - 1) | POISONED
+                } else {
+                    0
+                }
+            });
+            if before.is_some_and(|d| d & !POISONED > 1) {
+                return core::check(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+                    .map_err(|_| self.lost());
+            }
+            return self.give_up_as_dead();
+        }
         // Relaxed: as in `release`.
         if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
             let depth = sh.hold.depth.load(Relaxed);
@@ -301,6 +340,10 @@ impl<'a> LockGuard<'a> {
     /// Revokes our own grant: the next holder is told the owner died.
     fn give_up_as_dead(&self) -> Result<()> {
         let sh = self.shared;
+        if self.lease_ms.is_some() {
+            // Its thread's record of it (gone already if the last level was given back).
+            thread_leases::set_depth(sh, self.ticket, |_| 0);
+        }
         // Relaxed: as in `release`. Before the revocation, as for a release.
         if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
             sh.hold.depth.store(0, Relaxed);

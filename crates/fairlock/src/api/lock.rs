@@ -9,6 +9,7 @@ use super::arc_guard::ArcLockGuard;
 use super::guard::{LockGuard, POISONED};
 use super::options::OpenOptions;
 use super::shared::{ExitWatch, Hold, KEPT_ON_EXIT, Shared};
+use super::thread_leases;
 use crate::core::{self, Grant, Me, Tuning, WaitError};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
@@ -294,6 +295,9 @@ impl FairLock {
         if sh.holder_tid() == tid {
             return self.reenter(sh, reentrant);
         }
+        if let Some((ticket, meta, depth)) = thread_leases::held(sh) {
+            return self.reenter_leased(sh, tid, reentrant, ticket, meta, depth);
+        }
         ExitWatch::arm();
         let me = self.me(sh, tid);
         let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);
@@ -331,6 +335,42 @@ impl FairLock {
         Ok(LockGuard::new(sh, grant, thread::current_tid(), lease_ms))
     }
 
+    /// A lock by a thread that holds a leased grant of this file ([`thread_leases`]): nests on
+    /// it (as [`FairLock::reenter`]) if it is still the thread's own — `LockLost` if it was
+    /// taken over meanwhile (its lease ran out): the lock is not held, and a new grant would
+    /// let the code since the takeover believe it ran under the lock.
+    #[cold]
+    #[inline(never)]
+    fn reenter_leased<'a>(
+        &'a self,
+        sh: &'a Shared,
+        tid: u32,
+        reentrant: bool,
+        ticket: u64,
+        meta: u64,
+        depth: u32,
+    ) -> Result<LockGuard<'a>> {
+        let (grant, lease_ms) = Hold::grant_of(meta, ticket);
+        if core::check(&sh.state(), &sh.platform(), &grant, sh.participant).is_err() {
+            return Err(Error::LockLost {
+                path: sh.path.clone(),
+            });
+        }
+        if !reentrant {
+            return Err(Error::WouldDeadlock {
+                path: sh.path.clone(),
+            });
+        }
+        if depth & !POISONED >= MAX_DEPTH {
+            return Err(Error::TooDeep {
+                path: sh.path.clone(),
+                levels: MAX_DEPTH,
+            });
+        }
+        thread_leases::set_depth(sh, ticket, |d| d + 1);
+        Ok(LockGuard::new(sh, grant, tid, lease_ms))
+    }
+
     /// Acquires: the uncontended path inlined, the rest out of line. `stop`: an interrupt hook
     /// for the waiting (see [`FairLock::lock_interruptible`]).
     #[inline(always)]
@@ -344,6 +384,9 @@ impl FairLock {
         let (tid, beacon) = thread::current_tid_and_beacon();
         if sh.holder_tid() == tid {
             return self.reenter(sh, reentrant);
+        }
+        if let Some((ticket, meta, depth)) = thread_leases::held(sh) {
+            return self.reenter_leased(sh, tid, reentrant, ticket, meta, depth);
         }
         ExitWatch::arm();
         // The uncontended path (see `core::lock`, of which this is the inlined first step):
@@ -535,11 +578,16 @@ impl FairLock {
 
     #[inline]
     fn held<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
+        let meta = Hold::meta(self.lease_ms, &g, self.kept_on_exit);
+        if self.lease_ms.is_some() {
+            // A leased grant may be taken over while we live: kept per thread, not in `Hold`
+            // (see `thread_leases`).
+            thread_leases::record(sh, g.ticket, meta);
+            return LockGuard::new(sh, g, tid, self.lease_ms);
+        }
         // Relaxed: these are read back only by this thread (see `Hold::owner`).
         sh.hold.ticket.store(g.ticket, Relaxed);
-        sh.hold
-            .grant_meta
-            .store(Hold::meta(self.lease_ms, &g, self.kept_on_exit), Relaxed);
+        sh.hold.grant_meta.store(meta, Relaxed);
         sh.hold.depth.store(1, Relaxed);
         sh.hold
             .owner

@@ -13,3 +13,4 @@ pub mod rwlock;
 pub mod semaphore;
 pub(crate) mod shared;
 pub mod status;
+pub(crate) mod thread_leases;

@@ -93,6 +93,18 @@ impl NamesFile {
             .compare_exchange(self.owner(), 0, Release, Relaxed);
     }
 
+    /// Whether record `r`'s lock holds news of a death for its next holder (for a reclaimer
+    /// that found no live owner: see `names::carries_news`). A record whose kind cannot be
+    /// read carries none that anyone could be told.
+    fn record_carries_news(&self, r: u32) -> bool {
+        let Some(kind) = self.map.record_kind(r) else {
+            return false;
+        };
+        self.map
+            .record_mapping(r, kind)
+            .is_some_and(|m| names::carries_news(&m.state()))
+    }
+
     /// Whether any participant entry of record `r` has a live owner (for a reclaimer, after
     /// its `SeqCst` fence).
     fn record_in_use(&self, r: u32) -> bool {
@@ -386,8 +398,9 @@ fn sweep(nf: &NamesFile) -> Result<()> {
             continue;
         }
         crate::crash_point!("names.reclaiming");
-        // Anything but a clear "every owner is gone" keeps the name.
-        let in_use = nf.record_in_use(r);
+        // Anything but a clear "every owner is gone" keeps the name; so does news of a death
+        // its next holder must be told (`names::carries_news`).
+        let in_use = nf.record_in_use(r) || nf.record_carries_news(r);
         if !in_use {
             // Relaxed: under the names lock.
             let floor = h.token_floor.load(Relaxed);

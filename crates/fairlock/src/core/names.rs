@@ -300,6 +300,45 @@ pub fn begin_reclaim(t: &impl NameTable, r: u32, word: u64) -> bool {
     ok
 }
 
+/// Whether the lock `st` — every one of whose owners is gone (no participant entry has a live
+/// owner) — still holds news of a death for its next holder: a holder (necessarily dead), a
+/// died flag in the lock word, a counted death not yet told (weighted kinds), or an unfinished
+/// ticket whose word tells of one (`Revoked`, or a grant or pass that carries the died flag).
+/// A record holding such news is not reclaimed: the news belongs to the name, and its next
+/// holder must be told (a reclaimed record gave the name a fresh lock, and the next holder was
+/// not: issue 28, finding 2).
+pub fn carries_news(st: &crate::core::LockState<'_>) -> bool {
+    use crate::core::word::{LapRelation, State, Word, relate};
+    let h = st.header();
+    // Acquire: as a walker loads it.
+    let lw = st.lock_word(Acquire);
+    if st.is_weighted() {
+        // Acquire: as the weighted walk loads them.
+        if h.deaths.load(Acquire) != h.told.load(Acquire) {
+            return true;
+        }
+    } else if lw.held() || lw.died() {
+        return true;
+    } else if !lw.queued() {
+        return false; // free: every ticket final, its news (if any) in `D`
+    }
+    // Acquire: a lower bound of the unfinished tickets (before it, every death was passed on).
+    let head = h.head.load(Acquire);
+    let next = st.ticket_of(lw);
+    let span = next.wrapping_sub(head);
+    // At most `N · 21` tickets are outstanding (`given_up`); anything else is a corrupt file.
+    (0..span.min(st.slot_count() * (crate::core::given_up::WINDOW + 1))).any(|k| {
+        let t = head.wrapping_add(k);
+        let w = Word(st.slot(t).word.load(Acquire));
+        relate(w.lap(), st.lap(t)) == LapRelation::Same
+            && match w.state() {
+                Some(State::Held | State::Revoked) => true,
+                Some(State::Granted | State::Ready | State::Skipped) => w.died(),
+                _ => false,
+            }
+    })
+}
+
 /// Ends the check of record `r`: `Free` (next generation) if no participant entry has a live
 /// owner, `Used` again otherwise.
 pub fn finish_reclaim(t: &impl NameTable, r: u32, word: u64, in_use: bool) {
