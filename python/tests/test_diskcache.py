@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import diskcache
@@ -197,3 +198,23 @@ def test_keys_and_caches(cache, tmp_path):
     assert other.stdout.strip() == b"True", other.stderr
     with pytest.raises(fairlock.LockLost):
         short.release()
+
+
+def test_a_leased_semaphore_shared_by_two_threads_lets_both_in(cache):
+    # diskcache lets both in: each grant has its own lease (one leased permit per process was
+    # refused with ValueError).
+    sem = recipes.BoundedSemaphore(cache, "pool", value=2, expire=60)
+    entered = []
+
+    def worker():
+        sem.acquire()
+        entered.append(threading.get_ident())
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert len(entered) == 2, "both threads in"
+    sem.release()
+    sem.release()

@@ -31,8 +31,8 @@ use crate::lock_object::{self as object, LockPath};
 /// A grant belongs to the thread that acquired it. A thread holding either side that asks for
 /// either side again gets ``fairlock.Error`` (errno ``EDEADLK``): it would wait behind itself.
 /// A dead reader or writer never blocks the others (the next grant is told ``owner_died``).
-/// With a ``lease``, a process holds one leased grant of the file at a time (a second raises
-/// ``ValueError``). ``name``: the reader/writer lock of that name in a file of named locks (as
+/// With a ``lease``, each grant has its own: any number of threads of a process may hold leased
+/// reads at once. ``name``: the reader/writer lock of that name in a file of named locks (as
 /// for ``Lock``).
 #[pyclass(frozen, weakref, module = "fairlock", name = "RWLock")]
 pub(crate) struct RWLock {

@@ -36,8 +36,8 @@ use crate::lock_object::{LockPath, duration, name_of};
 /// back (as a ``Lock``'s grant outlives its object): ``release()`` or the process's exit does.
 /// A process that dies holding permits gives them back (the next grant is told
 /// ``owner_died``, see ``owner_died``). ``name``: the semaphore of that name in a file of named
-/// locks. With a ``lease``, a process holds one leased permit of the file at a time (a dropped
-/// object's leased permit keeps that one taken).
+/// locks. With a ``lease``, each permit has its own lease: a process may hold several leased
+/// permits at once, from one thread or many.
 #[pyclass(frozen, weakref, module = "fairlock", name = "Semaphore")]
 pub(crate) struct Semaphore {
     // Declared before `sem`: fields drop in order, so the permits are given back while the

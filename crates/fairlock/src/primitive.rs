@@ -5,15 +5,10 @@
 //! under Miri and over the shared mapping.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::{
-    Mutex,
-    atomic::{AtomicU32, AtomicU64, fence},
-};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, fence};
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, fence};
-#[cfg(not(loom))]
-pub(crate) use std::sync::Mutex;
 
 pub(crate) use core::sync::atomic::Ordering;
 

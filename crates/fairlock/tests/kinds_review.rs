@@ -54,54 +54,46 @@ fn a_free_permit_is_granted_after_many_uses() {
     assert!(r.is_ok(), "one permit free, yet: {r:?}");
 }
 
-/// Finding 3. The lease deadline lives in the participant entry, one per process, so a second
-/// leased read of the same process rewrote the first one's deadline (a read extended to 60 s
-/// was taken over after ~1 s). A process now holds one leased grant of a weighted kind at a
-/// time: the second is refused while the first lives, allowed once it ended; the extended read
-/// is not taken over by a writer waiting 2 s.
+/// Finding 3 of that review, and of issue 28. The lease deadline lived in the participant entry,
+/// one per process, so a second leased read of the same process rewrote the first one's
+/// deadline (a read extended to 60 s was taken over after ~1 s); a second leased grant was then
+/// refused (`InvalidOption`), which broke two threads of one process sharing a leased
+/// semaphore (`fairlock.diskcache.BoundedSemaphore(value=2, expire=...)`). Now each grant has
+/// its own deadline, in its slot: a process holds any number of leased reads, and each one's
+/// lease is its own — extending one does not extend the other, and a writer takes over exactly
+/// the one whose lease ran out.
 #[test]
-fn a_process_holds_one_leased_share_and_its_lease_is_its_own() {
+fn a_process_holds_several_leased_shares_each_with_its_own_lease() {
     let dir = TempDir::new("review-lease");
     let path = dir.join("rw");
-    let leased = || {
+    let leased = |ms: u64| {
         FairRwLock::options()
-            .lease(Duration::from_secs(1))
+            .lease(Duration::from_millis(ms))
             .open_rwlock(&path)
             .expect("open")
     };
-    let a = leased();
-    let r = a.read().expect("read");
-    r.extend(Duration::from_secs(60)).expect("extend");
-    let b = leased();
+    let a = leased(1000);
+    let r1 = a.read().expect("read");
+    r1.extend(Duration::from_secs(60)).expect("extend");
     let p2 = path.clone();
+    // A second leased read of this process, on another thread, with a short lease.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let second = std::thread::spawn(move || {
-        let b2 = FairRwLock::options()
-            .lease(Duration::from_secs(1))
+        let b = FairRwLock::options()
+            .lease(Duration::from_millis(300))
             .open_rwlock(&p2)
             .expect("open");
-        matches!(b2.read(), Err(Error::InvalidOption { .. }))
-    })
-    .join()
-    .expect("thread");
-    assert!(
-        second,
-        "a second leased read of the process was not refused"
-    );
+        let r2 = b.read().expect("a second leased read of the process");
+        tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+        // Its lease (300 ms) ran out and a writer took it over: lost.
+        assert!(matches!(r2.check(), Err(Error::LockLost { .. })));
+    });
+    rx.recv().unwrap();
     // (This thread asking again is refused first for re-entry: WouldDeadlock.)
-    assert!(matches!(b.try_write(), Err(Error::WouldDeadlock { .. })));
-    // Unleased reads are not limited.
-    let plain = FairRwLock::open(&path).expect("open");
-    let p3 = path.clone();
-    std::thread::spawn(move || {
-        drop(
-            FairRwLock::open(&p3)
-                .expect("open")
-                .read()
-                .expect("an unleased read"),
-        );
-    })
-    .join()
-    .expect("thread");
+    assert!(matches!(a.try_write(), Err(Error::WouldDeadlock { .. })));
+    // A writer waits: the short read is taken over after ~300 ms, the extended one never.
     let p4 = path.clone();
     let writer = std::thread::spawn(move || {
         FairRwLock::open(&p4)
@@ -112,13 +104,33 @@ fn a_process_holds_one_leased_share_and_its_lease_is_its_own() {
     .join()
     .expect("writer");
     assert!(matches!(writer, Err(Error::Timeout { .. })), "{writer:?}");
-    r.check().expect("the extended read is still ours");
-    r.unlock().expect("unlock");
-    drop(
-        b.read()
-            .expect("the process's one leased read ended: another may start"),
-    );
-    drop(plain);
+    done_tx.send(()).unwrap();
+    second.join().expect("second reader");
+    r1.check().expect("the extended read is still ours");
+    r1.unlock().expect("unlock");
+}
+
+/// One thread holds two leased permits of one semaphore at once (each with its own lease), as
+/// two threads of a process sharing a `BoundedSemaphore(value=2, expire=...)` do.
+#[test]
+fn one_thread_holds_two_leased_permits() {
+    let dir = TempDir::new("review-two-permits");
+    let path = dir.join("sem");
+    let sem = FairSemaphore::options()
+        .lease(Duration::from_secs(30))
+        .open_semaphore(&path, 2)
+        .expect("open");
+    let a = sem.acquire().expect("first leased permit");
+    let b = sem
+        .acquire()
+        .expect("second leased permit of the same thread");
+    assert_ne!(a.token(), b.token());
+    a.extend(Duration::from_secs(60)).expect("extend one");
+    assert!(matches!(sem.try_acquire(), Err(Error::WouldBlock { .. })));
+    b.unlock().expect("unlock the second");
+    a.check().expect("the first is still ours");
+    let c = sem.try_acquire().expect("one permit back");
+    drop((a, c));
 }
 
 /// Finding 1, real processes and default options: a reader process is killed while holding;

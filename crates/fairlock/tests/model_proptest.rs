@@ -24,7 +24,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
 use fairlock::__internal::core::Platform;
-use fairlock::__internal::core::lease::{Lease, LeaseField};
+use fairlock::__internal::core::lease::{Deadline, Lease, LeaseField};
 use fairlock::__internal::core::model::ModelPlatform;
 use fairlock::__internal::core::word::{LapRelation, relate};
 use fairlock::__internal::core::{
@@ -1084,12 +1084,8 @@ impl Sim {
                         match e.status {
                             Status::Held => {
                                 assert_eq!(f.lease(), Lease::Leased, "ticket {t}: {f:?}");
-                                let entry = st.participant(e.actor).unwrap();
-                                assert_eq!(
-                                    Some(entry.lease_deadline_ms.load(Relaxed)),
-                                    e.lease_until,
-                                    "ticket {t}: deadline"
-                                );
+                                let d = Deadline(st.slot(t).deadline.load(Relaxed));
+                                assert_eq!(d.of(st.lap(t)), e.lease_until, "ticket {t}: deadline");
                             }
                             _ => assert_eq!(f.lease(), Lease::Pending(ms), "ticket {t}: {f:?}"),
                         }

@@ -23,8 +23,8 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64 as StdAtomicU64;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::shared::{Shared, note_claim, open_beacon};
@@ -377,14 +377,12 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
         return Ok(None);
     };
     let st = opened.mapping.state();
-    let lease_lock = Mutex::new(());
     let platform = SysPlatform {
         file: &opened.file,
         me: i,
         participants: st.participant_count(),
         entries: st.participants(),
         owners: None,
-        lease_lock: &lease_lock,
     };
     let lost = || Error::LockLost {
         path: shown.clone(),

@@ -349,12 +349,8 @@ impl<'a> LockGuard<'a> {
             sh.hold.depth.store(0, Relaxed);
             sh.hold.owner.store(0, Relaxed);
         }
-        let r = core::revoke_own(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
-            .map_err(|_| self.lost());
-        // After the grant ended: the process may take its next leased share only then (its
-        // deadline, in the participant entry, is this grant's until here).
-        self.end_leased_share();
-        r
+        core::revoke_own(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+            .map_err(|_| self.lost())
     }
 
     /// The rare endings of the unleased release (the next ticket already published, or the
@@ -375,24 +371,11 @@ impl<'a> LockGuard<'a> {
     }
 
     /// A grant with a lease is released with a CAS (a takeover may race it).
-    /// A leased grant of a weighted kind ends: its process may take another (see
-    /// `FairLock::one_leased_share`).
-    fn end_leased_share(&self) {
-        let sh = self.shared;
-        if self.lease_ms.is_some() && sh.is_current() && sh.state().is_weighted() {
-            // Relaxed: a process-local count.
-            sh.leased_shares.store(0, Relaxed);
-        }
-    }
-
     #[cold]
     fn release_leased(&self) -> Result<()> {
         let sh = self.shared;
-        let r = core::release(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
-            .map_err(|_| self.lost());
-        // After the release, as in `give_up_as_dead`.
-        self.end_leased_share();
-        r
+        core::release(&sh.state(), &sh.platform(), &self.grant(), sh.participant)
+            .map_err(|_| self.lost())
     }
 }
 

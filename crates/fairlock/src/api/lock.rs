@@ -476,7 +476,6 @@ impl FairLock {
         let tid = thread::current_tid();
         let st = sh.state();
         self.refuse_reentry(sh, tid)?;
-        let leased = self.one_leased_share(sh)?;
         // No beacon: a share may be released by another thread (a permit is `Send`).
         let me = Me {
             shared,
@@ -500,42 +499,14 @@ impl FairLock {
         );
         drop(hook);
         if let Some(payload) = panicked {
-            // As in `contended`: the ticket was given up, a racing grant is released, and
-            // `leased` (dropped while unwinding) gives the leased share back.
+            // As in `contended`: the ticket was given up, a racing grant is released.
             if let Ok(g) = r {
                 let _ = core::release(&st, &sh.platform(), &g, sh.participant);
             }
             std::panic::resume_unwind(payload);
         }
         let g = r.map_err(|e| wait_error(sh, e))?;
-        leased.keep();
         Ok(LockGuard::new(sh, g, tid, self.lease_ms))
-    }
-
-    /// A process holds at most one *leased* grant of a weighted kind at a time: the lease
-    /// deadline lives in the participant entry, one per process, so a second leased read or
-    /// permit would shorten or lengthen the first one's lease (review finding). Refused with
-    /// `InvalidOption` rather than waited for (it could be this very thread's). The returned
-    /// claim gives the count back when dropped — on every early return and while unwinding —
-    /// unless [`LeasedShare::keep`] hands it to the grant (whose release gives it back).
-    fn one_leased_share<'s>(&self, sh: &'s Shared) -> Result<LeasedShare<'s>> {
-        if self.lease_ms.is_none() {
-            return Ok(LeasedShare(None));
-        }
-        // Relaxed: a process-local count; the grant itself is ordered by the lock.
-        if sh
-            .leased_shares
-            .compare_exchange(0, 1, Relaxed, Relaxed)
-            .is_err()
-        {
-            return Err(Error::InvalidOption {
-                what: format!(
-                    "{}: this process already holds (or is acquiring) a leased grant of it; a process may hold one leased read, write or permit of a file at a time (without a lease, any number)",
-                    sh.path.display()
-                ),
-            });
-        }
-        Ok(LeasedShare(Some(&sh.leased_shares)))
     }
 
     /// `try_*` of a weighted kind: only if granted at once, never jumping the queue.
@@ -543,7 +514,6 @@ impl FairLock {
         let sh = self.shared()?;
         let tid = thread::current_tid();
         self.refuse_reentry(sh, tid)?;
-        let leased = self.one_leased_share(sh)?;
         // No beacon: a share may be released by another thread (a permit is `Send`).
         let me = Me {
             shared,
@@ -552,10 +522,7 @@ impl FairLock {
         };
         let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);
         match r.map_err(|e| wait_error(sh, e))? {
-            Some(g) => {
-                leased.keep();
-                Ok(LockGuard::new(sh, g, tid, self.lease_ms))
-            }
+            Some(g) => Ok(LockGuard::new(sh, g, tid, self.lease_ms)),
             None => Err(Error::WouldBlock {
                 path: sh.path.clone(),
             }),
@@ -593,25 +560,6 @@ impl FairLock {
             .owner
             .store(Shared::owner_key(tid, g.ticket), Relaxed);
         LockGuard::new(sh, g, tid, self.lease_ms)
-    }
-}
-
-/// A process's claim on its one leased weighted grant (see `FairLock::one_leased_share`).
-struct LeasedShare<'s>(Option<&'s std::sync::atomic::AtomicU32>);
-
-impl LeasedShare<'_> {
-    /// The grant was made: from now on its release gives the count back.
-    fn keep(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for LeasedShare<'_> {
-    fn drop(&mut self) {
-        if let Some(count) = self.0 {
-            // Relaxed: a process-local count.
-            count.store(0, Relaxed);
-        }
     }
 }
 

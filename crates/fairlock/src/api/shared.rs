@@ -43,12 +43,6 @@ pub(crate) struct Shared {
     pub(crate) named: Option<(Arc<str>, Arc<super::named::NamesFile>)>,
     /// The fork generation this was opened in; a forked child opens its own.
     pub(crate) fork_generation: u64,
-    /// This process's lock for writing its lease deadline (see `core::lease`).
-    lease_lock: Mutex<()>,
-    /// Leased grants of a weighted kind this process holds or is acquiring: at most one, as
-    /// the lease deadline lives in the participant entry, one per process (see
-    /// `FairLock::acquire_weighted`).
-    pub(crate) leased_shares: AtomicU32,
     /// Which of our threads holds the lock; written on every grant.
     pub(crate) hold: Hold,
 }
@@ -206,8 +200,6 @@ impl Shared {
             participant,
             named,
             fork_generation: thread::fork_generation(),
-            lease_lock: Mutex::new(()),
-            leased_shares: AtomicU32::new(0),
             hold: Hold {
                 owner: AtomicU64::new(0),
                 ticket: AtomicU64::new(0),
@@ -270,7 +262,6 @@ impl Shared {
                 .map(|(_, names)| names.owners(self.mapping.state().participants())),
             participants: self.mapping.geometry().participants,
             entries: self.mapping.state().participants(),
-            lease_lock: &self.lease_lock,
         }
     }
 

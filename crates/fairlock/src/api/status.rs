@@ -267,7 +267,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         let lease_remaining = if w.leased() && state.is_granted() {
             match v.lease(t).lease() {
                 Lease::Leased => v
-                    .lease_deadline_ms(w.participant())
+                    .lease_deadline_ms(t)
                     .map(|d| Duration::from_millis(d.saturating_sub(now_ms))),
                 Lease::Pending(ms) => Some(Duration::from_millis(ms)),
                 Lease::Revoked => Some(Duration::ZERO),

@@ -466,9 +466,6 @@ impl Platform for Gated {
         }
         self.inner.liveness(i)
     }
-    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.inner.with_lease_lock(f)
-    }
 }
 
 /// `end_barge` identifies a barge by `head` ("while a barge holds, walks stop at its `H`:
@@ -587,9 +584,6 @@ impl Platform for WatchGate {
     }
     fn liveness(&self, i: u32) -> Liveness {
         self.inner.liveness(i)
-    }
-    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.inner.with_lease_lock(f)
     }
     fn watch_holder(
         &self,
@@ -846,9 +840,6 @@ impl Platform for WakeHook<'_> {
             f(self);
         }
         answer
-    }
-    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.inner.with_lease_lock(f)
     }
 }
 

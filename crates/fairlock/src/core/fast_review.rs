@@ -65,9 +65,6 @@ impl Platform for Hooked<'_> {
         }
         seen
     }
-    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.inner.with_lease_lock(f)
-    }
 }
 
 /// `recover` checks the fast holder's entry for death and only then reads which grant the word

@@ -5,13 +5,13 @@
 //! process is named nowhere a walk looks. If it gives up it says so in its slot's given-up word
 //! ([`super::given_up`]); if its process is killed it says nothing, and its ticket, once the
 //! walk reaches it, would be pre-granted and skipped only after the grace. So it also writes
-//! `Word(lap(t), its participant, Waiting)` into one of the slot's two `lapped` entries, if one
-//! is free, and clears it when it publishes or gives up; a walk that comes to the ticket
+//! `Word(lap(t), its participant, Waiting)` into the slot's `lapped` entry, if it is free, and
+//! clears it when it publishes or gives up; a walk that comes to the ticket
 //! unpublished and finds an entry naming its lap whose process is dead (the kernel's beacon
 //! says so) passes it at once. An entry is free once stale: its lap is the slot word's or
 //! earlier (unless pre-granted and not yet claimed), or recorded as given up.
 //!
-//! The entries are advice: without one (both taken by earlier tickets) the grace applies. They
+//! The entry is advice: without it (taken by an earlier ticket) the grace applies. They
 //! never pass a live taker: a live process's beacon is held. They are `Relaxed`: the beacon,
 //! not the entry, decides.
 

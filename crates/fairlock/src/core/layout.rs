@@ -281,10 +281,9 @@ pub struct Participant {
     /// (`core::name_layout::owner_word`: the owning process's file-wide entry and the
     /// generation of its claim of it), 0 if free.
     pub claim: AtomicU64,
-    /// The `CLOCK_MONOTONIC` millisecond at which the lease of the ticket this process holds
-    /// (with a `Leased` lease field) ends. Written only by the process owning the entry, under
-    /// its own lock, before the lease-field CAS that publishes it (see [`crate::core::lease`]).
-    pub lease_deadline_ms: AtomicU64,
+    /// Reserved, zero. (Held a process's one lease deadline until deadlines moved into the
+    /// slots, one per grant: see [`crate::core::lease`].)
+    pub reserved: AtomicU64,
 }
 
 /// One waiting-array slot, used by tickets `t ≡ i (mod N)` one lap after another.
@@ -307,9 +306,12 @@ pub struct Slot {
     /// The laps after the slot word's whose takers gave up before they could publish: see
     /// [`crate::core::given_up`].
     pub given_up: AtomicU64,
-    /// Takers waiting for this slot while an earlier lap still uses it (advice, for spotting a
-    /// dead one at once): see [`crate::core::lapped`].
-    pub lapped: [AtomicU64; 2],
+    /// The lease deadline of the `Leased` holder of the ticket using the slot, tagged with its
+    /// lap: see [`crate::core::lease`].
+    pub deadline: AtomicU64,
+    /// A taker waiting for this slot while an earlier lap still uses it (advice, for spotting
+    /// a dead one at once): see [`crate::core::lapped`].
+    pub lapped: [AtomicU64; 1],
 }
 
 /// Size of the header in bytes.
@@ -351,7 +353,7 @@ const _: () = {
     assert!(offset_of!(Participant, pid) == 8);
     assert!(offset_of!(Participant, marker) == 12);
     assert!(offset_of!(Participant, claim) == 16);
-    assert!(offset_of!(Participant, lease_deadline_ms) == 24);
+    assert!(offset_of!(Participant, reserved) == 24);
     assert!(size_of::<Slot>() == SLOT_SIZE);
     assert!(offset_of!(Slot, word) == 0);
     assert!(offset_of!(Slot, lease) == 8);
@@ -360,7 +362,8 @@ const _: () = {
     assert!(offset_of!(Slot, tid) == 32);
     assert!(offset_of!(Slot, beacon) == 36);
     assert!(offset_of!(Slot, given_up) == 40);
-    assert!(offset_of!(Slot, lapped) == 48);
+    assert!(offset_of!(Slot, deadline) == 48);
+    assert!(offset_of!(Slot, lapped) == 56);
     assert!(align_of::<Slot>() == 8 && align_of::<Header>() == 8);
 };
 
@@ -789,7 +792,7 @@ impl Participant {
             pid: AtomicU32::new(0),
             marker: AtomicU32::new(0),
             claim: AtomicU64::new(0),
-            lease_deadline_ms: AtomicU64::new(0),
+            reserved: AtomicU64::new(0),
         }
     }
 }
@@ -805,6 +808,7 @@ impl Slot {
             tid: AtomicU32::new(0),
             beacon: AtomicU32::new(0),
             given_up: AtomicU64::new(0),
+            deadline: AtomicU64::new(0),
             lapped: zeroed_u64s(),
         }
     }

@@ -24,14 +24,24 @@
 //! the word, so the field belongs to that word's ticket; a word without it means the field is
 //! stale and to be ignored.
 //!
-//! # The deadline (`Participant::lease_deadline_ms`, 64 bits)
+//! # The deadline (`Slot::deadline`, 64 bits)
 //!
-//! The deadline of a `Leased` holder does not fit next to a 44-bit version, so it lives in the
-//! holder's participant entry: `CLOCK_MONOTONIC` milliseconds. Only the process that owns the
-//! entry writes it, always under a lock of its own (so two of its threads never interleave),
-//! and always before the CAS that publishes it (`Pending → Leased`, or `Leased → Leased` with
-//! a new version). A process holds (`Held`) at most one ticket of a lock at a time, so the entry's
-//! deadline is the deadline of whichever ticket that process holds with `Leased`.
+//! | bits   | field  | meaning                                                             |
+//! |--------|--------|---------------------------------------------------------------------|
+//! | 0..44  | `ms`   | the `CLOCK_MONOTONIC` millisecond the lease of the `Leased` holder ends |
+//! | 44..64 | `tag`  | the low 20 bits of the lap of the ticket it is the deadline of     |
+//!
+//! The deadline of a `Leased` holder does not fit next to a 44-bit version, so it lives in a
+//! word of its own in the slot, one per grant (a process may hold any number of leased grants
+//! of one lock: reads and permits of a weighted kind, from one thread or several). Only the
+//! holder of the ticket writes it, always by a compare-and-swap from the value it read before
+//! checking (field, then word) that it still holds the ticket, and always before the field CAS
+//! that publishes it (`Pending → Leased`, or `Leased → Leased` with a new version). A holder
+//! that lost its ticket and stalled before its CAS finds the value changed if the slot's next
+//! user wrote its own deadline since (tagged with another lap): it can never overwrite a later
+//! grant's deadline. A value read with a tag other than its ticket's lap is not that ticket's.
+//! (The deadline lived in the holder's participant entry, one per process, and a process could
+//! hold only one leased grant of a weighted kind: issue 28, finding 3.)
 //!
 //! Deadlines are `CLOCK_MONOTONIC`, so every process sharing a leased lock must be in the same
 //! time namespace (documented in DESIGN.md).
@@ -100,6 +110,39 @@ impl core::fmt::Debug for LeaseField {
     }
 }
 
+const DEADLINE_BITS: u32 = 44;
+const DEADLINE_MASK: u64 = (1 << DEADLINE_BITS) - 1;
+const TAG_MASK: u64 = (1 << (64 - DEADLINE_BITS)) - 1;
+
+/// A raw deadline word (see the module notes).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Deadline(pub u64);
+
+impl Deadline {
+    /// The deadline `ms` of the ticket of lap `lap`.
+    #[inline]
+    pub fn new(lap: u64, ms: u64) -> Deadline {
+        Deadline(((lap & TAG_MASK) << DEADLINE_BITS) | ms.min(DEADLINE_MASK))
+    }
+
+    /// The deadline, if this is the one of the ticket of lap `lap`.
+    #[inline]
+    pub fn of(self, lap: u64) -> Option<u64> {
+        (self.0 >> DEADLINE_BITS == lap & TAG_MASK).then_some(self.0 & DEADLINE_MASK)
+    }
+}
+
+impl core::fmt::Debug for Deadline {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "Deadline({} ms, lap tag {})",
+            self.0 & DEADLINE_MASK,
+            self.0 >> DEADLINE_BITS
+        )
+    }
+}
+
 const MANTISSA_BITS: u32 = 13;
 const MANTISSA_MASK: u64 = (1 << MANTISSA_BITS) - 1;
 
@@ -145,6 +188,16 @@ mod tests {
         // The version wraps after 2^44 writes, never sooner.
         let top = LeaseField(VERSION_MASK << VERSION_SHIFT);
         assert_eq!(top.next(Lease::Leased).version(), 0);
+    }
+
+    #[test]
+    fn a_deadline_is_its_lap_s_only() {
+        let d = Deadline::new(7, 123_456);
+        assert_eq!(d.of(7), Some(123_456));
+        assert_eq!(d.of(8), None);
+        assert_eq!(d.of(7 + (1 << 20)), Some(123_456), "20 bits of the lap");
+        assert_eq!(Deadline::new(1, u64::MAX).of(1), Some(DEADLINE_MASK));
+        assert_eq!(Deadline(0).of(1), None, "zero: nobody's");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! | from | to | by | when |
 //! |---|---|---|---|
 //! | anything a final ticket left | `Pending(d)` | taker of `t` | before publishing `t` with the `leased` flag (or claiming its pre-grant) |
-//! | `Pending(d)` | `Leased` | holder | after its claim CAS, once its deadline (now + `d`) is in its participant entry |
+//! | `Pending(d)` | `Leased` | holder | after its claim CAS, once its deadline (now + `d`) is in the slot's deadline word |
 //! | `Leased` | `Leased` | holder | `extend`: a new deadline written first, then this CAS |
 //! | `Pending(d)` | `Revoked` | waiter behind | the holder (or grantee) was seen with the same `Pending` for `d` |
 //! | `Leased` | `Revoked` | waiter behind | the deadline in the holder's entry passed |
@@ -31,25 +31,27 @@
 //!   the announcement itself, and a waiter behind loaded the word (`Acquire`, through the
 //!   release sequence of the publishing CAS) before it looks at the lease — so the
 //!   announcement happens-before the field load.
-//! * The deadline is written only by the process owning the participant entry, under its
-//!   lease lock, after checking (field, then word) that it still holds the ticket. If it lost
-//!   the ticket just after that check, the write lands in its own entry, which no other ticket
-//!   of the lock uses until this process is granted again — and that grant comes after this
-//!   ticket is final, and its own deadline write waits for the lease lock we hold.
+//! * The deadline is written only by the ticket's holder, by a CAS from the value it read
+//!   *before* checking (field, then word) that it still holds the ticket, tagged with the
+//!   ticket's lap.
+//!   If it lost the ticket just after that check and the slot's next user wrote its own
+//!   deadline meanwhile, the CAS fails (the value changed: another tag); if nobody wrote, its
+//!   value lands tagged with its own lap, which a reader of any other ticket ignores. Two
+//!   leased grants of one process (two reads, two permits) have two slots and two deadlines.
 //!
-//! Ordering: every field CAS is `AcqRel`, loads are `Acquire`; the deadline store is `Release`
+//! Ordering: every field CAS is `AcqRel`, loads are `Acquire`; the deadline CAS (`AcqRel`) comes
 //! before the field CAS that publishes it, and a taker-over loads it `Acquire` after loading
 //! that field value, so it sees that deadline or a later one (a later one means an extension is
 //! under way: at worst the takeover waits for it).
 
 use super::advance::{advance, cas};
 use super::layout::{LockState, Slot};
-use super::lease::{Lease, LeaseField};
+use super::lease::{Deadline, Lease, LeaseField};
 use super::platform::Platform;
 use super::recover::Watch;
 use super::word::{LapRelation, State, Word, relate};
 use super::{Lost, Me};
-use crate::primitive::Ordering::{AcqRel, Acquire, Release};
+use crate::primitive::Ordering::{AcqRel, Acquire};
 
 /// The lease field and the word of ticket `t`, loaded in that order, if the word still shows
 /// `t` in `state` owned by `participant` with the `leased` flag: then the field is `t`'s.
@@ -89,29 +91,50 @@ pub(crate) fn announce(slot: &Slot, read: LeaseField, ms: u64) -> bool {
 /// so the queue moves on.
 pub(crate) fn commit<P: Platform>(st: &LockState<'_>, p: &P, t: u64, me: &Me) -> bool {
     let Some(ms) = me.lease_ms else { return true };
-    let Some(entry) = st.participant(me.participant) else {
-        return false;
-    };
-    let committed = p.with_lease_lock(|| {
+    let committed = (|| loop {
+        let old = deadline_before_check(st, t);
         let Some((slot, _, f)) = lease_of(st, t, State::Held, me.participant) else {
             return false;
         };
         if !matches!(f.lease(), Lease::Pending(_)) {
             return false; // Revoked
         }
-        let until = p.now_ns() / 1_000_000 + ms;
-        // Release: published by the CAS below; see the module notes.
-        entry.lease_deadline_ms.store(until, Release);
+        if !set_deadline(st, slot, t, old, p.now_ns() / 1_000_000 + ms) {
+            continue; // another writer: look again
+        }
         crate::crash_point!("acquire.lease_pending");
         // AcqRel: a takeover CASes the same field; one of us wins.
-        slot.lease
+        if slot
+            .lease
             .compare_exchange(f.0, f.next(Lease::Leased).0, AcqRel, Acquire)
             .is_ok()
-    });
+        {
+            return true;
+        }
+    })();
     if !committed {
         finish_revocation(st, p, t);
     }
     committed
+}
+
+/// The deadline word of ticket `t`'s slot, loaded *before* the caller checks (field, then
+/// word) that it still holds `t`: the value its CAS must find unchanged. Loaded after the check,
+/// it could be a later ticket's, written while we stalled between the two, and our CAS would
+/// replace that one's deadline.
+#[inline]
+fn deadline_before_check(st: &LockState<'_>, t: u64) -> u64 {
+    // Acquire: pairs with the AcqRel CAS of the last writer.
+    st.slot(t).deadline.load(Acquire)
+}
+
+/// Writes `ms` as the deadline of ticket `t` into its slot: one CAS from `old`, the value read
+/// before the caller's check (see [`deadline_before_check`]). False if it changed since.
+fn set_deadline(st: &LockState<'_>, slot: &Slot, t: u64, old: u64, ms: u64) -> bool {
+    // AcqRel: published by the field CAS that follows (Release there); one chain of writers.
+    slot.deadline
+        .compare_exchange(old, Deadline::new(st.lap(t), ms).0, AcqRel, Acquire)
+        .is_ok()
 }
 
 /// Sets the lease of our held ticket `t` to end `ms` milliseconds from now. Decided against a
@@ -124,31 +147,28 @@ pub fn extend<P: Platform>(
     participant: u32,
     ms: u64,
 ) -> Result<(), Lost> {
-    let entry = st.participant(participant).ok_or(Lost)?;
-    let r = p.with_lease_lock(|| {
-        loop {
-            let (slot, _, f) = lease_of(st, t, State::Held, participant).ok_or(Lost)?;
-            match f.lease() {
-                Lease::Leased => {}
-                Lease::Revoked => return Err(Lost),
-                // Pending: not committed (no guard exists yet); None: not ours to extend.
-                Lease::Pending(_) | Lease::None => return Err(Lost),
-            }
-            // Release: published by the CAS below.
-            entry
-                .lease_deadline_ms
-                .store(p.now_ns() / 1_000_000 + ms, Release);
-            crate::crash_point!("extend.written");
-            // AcqRel: the takeover CASes the same field; exactly one of us wins.
-            if slot
-                .lease
-                .compare_exchange(f.0, f.next(Lease::Leased).0, AcqRel, Acquire)
-                .is_ok()
-            {
-                return Ok(());
-            }
+    let r = (|| loop {
+        let old = deadline_before_check(st, t);
+        let (slot, _, f) = lease_of(st, t, State::Held, participant).ok_or(Lost)?;
+        match f.lease() {
+            Lease::Leased => {}
+            Lease::Revoked => return Err(Lost),
+            // Pending: not committed (no guard exists yet); None: not ours to extend.
+            Lease::Pending(_) | Lease::None => return Err(Lost),
         }
-    });
+        if !set_deadline(st, slot, t, old, p.now_ns() / 1_000_000 + ms) {
+            continue;
+        }
+        crate::crash_point!("extend.written");
+        // AcqRel: the takeover CASes the same field; exactly one of us wins.
+        if slot
+            .lease
+            .compare_exchange(f.0, f.next(Lease::Leased).0, AcqRel, Acquire)
+            .is_ok()
+        {
+            return Ok(());
+        }
+    })();
     if r.is_err() {
         finish_revocation(st, p, t);
     }
@@ -184,9 +204,10 @@ pub(crate) fn expired<P: Platform>(
         // passed over if it stalls that long (a frozen grantee must not block the queue).
         Lease::Pending(ms) => watch.observe((h, w.0, f.0), now) >= ms.saturating_mul(1_000_000),
         Lease::Leased => {
-            let entry = st.participant(w.participant())?;
-            // Acquire: after the field (see the module notes).
-            now / 1_000_000 >= entry.lease_deadline_ms.load(Acquire)
+            // Acquire: after the field (see the module notes). A word of another lap is not
+            // this ticket's deadline (only a corrupt file shows one): not expired.
+            let d = Deadline(st.slot(h).deadline.load(Acquire)).of(st.lap(h))?;
+            now / 1_000_000 >= d
         }
         Lease::Revoked => true,
         Lease::None => false,

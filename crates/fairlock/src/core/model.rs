@@ -2,15 +2,13 @@
 //! dead, and waits that only yield. Used by unit tests, property tests, fuzzing and loom.
 
 use super::platform::{Liveness, Platform};
-use crate::primitive::{AtomicU64, Mutex, Ordering::Relaxed, yield_now};
+use crate::primitive::{AtomicU64, Ordering::Relaxed, yield_now};
 
-/// A scripted platform. Participants `0..64` can be declared dead. One lease lock stands for
-/// every participant's (it only serialises more than needed).
+/// A scripted platform. Participants `0..64` can be declared dead.
 pub struct ModelPlatform {
     now: AtomicU64,
     dead: AtomicU64,
     auto_tick: u64,
-    lease_lock: Mutex<()>,
 }
 
 impl ModelPlatform {
@@ -21,7 +19,6 @@ impl ModelPlatform {
             now: AtomicU64::new(1_000_000_000),
             dead: AtomicU64::new(0),
             auto_tick,
-            lease_lock: Mutex::new(()),
         }
     }
 
@@ -62,10 +59,5 @@ impl Platform for ModelPlatform {
         } else {
             Liveness::Alive
         }
-    }
-
-    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _g = self.lease_lock.lock().unwrap_or_else(|e| e.into_inner());
-        f()
     }
 }

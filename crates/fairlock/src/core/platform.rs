@@ -63,12 +63,6 @@ pub trait Platform {
         let _ = (word, expected, index, beacon, until);
         Watched::Unavailable
     }
-
-    /// Runs `f` under this process's lock for writing its participant entry's lease deadline
-    /// (see [`crate::core::lease`]): two threads of one process never interleave their
-    /// check-then-write of it. A lock of the process, never of the file: no other process
-    /// needs it, and a process stopped while holding it stops only itself.
-    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R;
 }
 
 /// What [`Platform::watch_holder`] came to.

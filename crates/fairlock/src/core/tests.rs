@@ -892,9 +892,6 @@ impl Platform for YieldLog {
     fn liveness(&self, index: u32) -> platform::Liveness {
         self.inner.liveness(index)
     }
-    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.inner.with_lease_lock(f)
-    }
     fn yield_cpu(&self) {
         let now = self.inner.now_ns();
         self.yields.lock().unwrap().push(now);
@@ -1007,4 +1004,95 @@ fn token_ceilings_and_first_tickets_above_them_keep_tokens_rising() {
             }
         }
     }
+}
+
+/// What runs at a [`ClockHook`]'s reading.
+type Hook<'a> = Box<dyn FnOnce(&ModelPlatform) + 'a>;
+
+/// A platform whose next clock reading first runs `hook` (once): what other processes do while
+/// the caller is stopped at that reading.
+struct ClockHook<'a> {
+    inner: ModelPlatform,
+    hook: core::cell::RefCell<Option<Hook<'a>>>,
+}
+
+impl Platform for ClockHook<'_> {
+    fn now_ns(&self) -> u64 {
+        let hook = self.hook.borrow_mut().take();
+        if let Some(h) = hook {
+            h(&self.inner);
+        }
+        self.inner.now_ns()
+    }
+    fn wait(&self, word: &crate::primitive::AtomicU64, expected: u32, until: Option<u64>) {
+        self.inner.wait(word, expected, until)
+    }
+    fn wake(&self, word: &crate::primitive::AtomicU64) {
+        self.inner.wake(word)
+    }
+    fn pause(&self, until: Option<u64>) {
+        self.inner.pause(until)
+    }
+    fn liveness(&self, index: u32) -> platform::Liveness {
+        self.inner.liveness(index)
+    }
+}
+
+fn leased(participant: u32, ms: u64) -> Me {
+    Me {
+        lease_ms: Some(ms),
+        ..me(participant)
+    }
+}
+
+/// A leased holder checks that it still holds its ticket and then stalls, before writing its
+/// new deadline (`extend`): meanwhile its lease runs out, it is taken over, and a later ticket
+/// of the same slot is granted with a lease of its own and commits its deadline. When the
+/// stalled holder goes on, its write must fail (it reads `LockLost`) and the later ticket's
+/// deadline stay. (Each grant's deadline is in its slot; a writer that loaded the word it
+/// replaces *after* its check overwrote the later ticket's deadline with its own lap's, and the
+/// later lease could never be judged expired.)
+#[test]
+fn a_stalled_extend_never_overwrites_a_later_ticket_s_deadline() {
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let t = Tuning::default();
+    let p = ModelPlatform::new(0);
+    let a = lock(&st, &p, &leased(1, 100), None, &t).unwrap();
+    assert_eq!((a.ticket, a.leased), (0, true));
+    let later = core::cell::Cell::new(None);
+    let hooked = ClockHook {
+        inner: ModelPlatform::new(0),
+        hook: core::cell::RefCell::new(Some(Box::new(|q: &ModelPlatform| {
+            // (The stalled holder's platform: its own clock, moved on with the others'.)
+            q.advance(10_000_000_000);
+            p.advance(10_000_000_000);
+            // Its lease ran out: taken over by the next taker's recovery.
+            let mut watch = recover::Watch::default();
+            let _ = recover::recover(&st, &p, st.next_ticket(), &mut watch, &t);
+            // Leased grants until one uses slot 0 again (a later lap): that one is kept.
+            loop {
+                let b = lock(&st, &p, &leased(2, 60_000), None, &t).unwrap();
+                if b.ticket % 2 == 0 {
+                    later.set(Some(b));
+                    break;
+                }
+                release(&st, &p, &b, 2).unwrap();
+            }
+        }))),
+    };
+    hooked.inner.advance(p.now_ns() - hooked.inner.now_ns());
+    assert_eq!(
+        extend(&st, &hooked, a.ticket, 1, 30_000),
+        Err(Lost),
+        "the stalled holder lost its grant"
+    );
+    let b = later.get().expect("the later ticket was granted");
+    let d = lease::Deadline(st.slot(b.ticket).deadline.load(Relaxed));
+    assert_eq!(
+        d.of(st.lap(b.ticket)),
+        Some(p.now_ns() / 1_000_000 + 60_000),
+        "the later ticket's deadline stays its own"
+    );
+    release(&st, &p, &b, 2).unwrap();
 }

@@ -1,8 +1,7 @@
 //! Regression tests from the adversarial review of the weighted FIFO (614ce19): each failed on
 //! that code. Scripted platform, heap state (`cargo test -p fairlock --lib weighted_review`).
-//! Finding 3 (one lease deadline per process, several leased grants) is fixed in the API layer
-//! — a process holds one leased grant of a weighted kind at a time — and tested there
-//! (`tests/kinds_review.rs`).
+//! Finding 3 (one lease deadline per process, several leased grants) is fixed by a deadline per
+//! grant, in its slot, and tested through the API (`tests/kinds_review.rs`).
 
 use super::layout::{OwnedState, RecordKind};
 use super::model::ModelPlatform;
@@ -196,9 +195,6 @@ impl Platform for WakeHook<'_> {
     }
     fn liveness(&self, index: u32) -> Liveness {
         self.inner.liveness(index)
-    }
-    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.inner.with_lease_lock(f)
     }
 }
 

@@ -31,15 +31,15 @@ const FAST_TID: usize = 96;
 const HEAD: usize = 128;
 const P_PID: usize = 8;
 const P_CLAIM: usize = 16;
-const P_DEADLINE: usize = 24;
 const S_WORD: usize = 0;
 const S_LEASE: usize = 8;
 const S_STAMP: usize = 16;
 const S_SINCE: usize = 24;
 const S_TID: usize = 32;
 const S_BEACON: usize = 36;
-const _: () = assert!(HEAD + 8 <= HEADER_SIZE && P_DEADLINE + 8 <= PARTICIPANT_SIZE);
-const _: () = assert!(S_TID + 4 <= SLOT_SIZE);
+const S_DEADLINE: usize = 48;
+const _: () = assert!(HEAD + 8 <= HEADER_SIZE && P_CLAIM + 8 <= PARTICIPANT_SIZE);
+const _: () = assert!(S_DEADLINE + 8 <= SLOT_SIZE);
 
 /// A read-only view of a lock file: plain values, loaded `Relaxed`.
 pub struct ReadOnlyView {
@@ -252,9 +252,11 @@ impl ReadOnlyView {
         self.participant_at(i, P_PID).map(|o| self.u32_at(o))
     }
 
-    /// Participant `i`'s lease deadline (`CLOCK_MONOTONIC` ms), if the entry exists.
-    pub fn lease_deadline_ms(&self, i: u32) -> Option<u64> {
-        self.participant_at(i, P_DEADLINE).map(|o| self.u64_at(o))
+    /// The lease deadline (`CLOCK_MONOTONIC` ms) of ticket `t`'s `Leased` holder, if the slot's
+    /// deadline word is that ticket's (see `core::lease`).
+    pub fn lease_deadline_ms(&self, t: u64) -> Option<u64> {
+        let lap = crate::core::word::lap_of(t, self.geometry.slot_shift());
+        crate::core::lease::Deadline(self.u64_at(self.slot_at(t, S_DEADLINE))).of(lap)
     }
 
     /// Whether participant `i`'s process is alive (its beacon held), if that can be told.

@@ -24,8 +24,6 @@ pub struct SysPlatform<'a> {
     pub participants: u32,
     /// The participant entries (for the beacon segments their processes recorded).
     pub entries: &'a [Participant],
-    /// This process's lock for writing its lease deadline into its participant entry.
-    pub lease_lock: &'a std::sync::Mutex<()>,
 }
 
 /// The participants of a lock in a file of named locks: each entry names its owning process's
@@ -176,11 +174,5 @@ impl Platform for SysPlatform<'_> {
             Ok(false) => Liveness::Dead,
             Ok(true) | Err(_) => Liveness::Alive,
         }
-    }
-
-    fn with_lease_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        // Poisoning cannot leave the deadline half-written (it is one atomic store): go on.
-        let _g = self.lease_lock.lock().unwrap_or_else(|e| e.into_inner());
-        f()
     }
 }
