@@ -13,6 +13,10 @@
 //!   stall**: the first unfinished ticket is granted or held, and the first still waiting one
 //!   does not fit beside what is granted before it.
 //!
+//! `Churn` takes and gives back a share up to 1,500 times in a row while other shares may be
+//! held for good: their slots are lapped over and over (each lap retaken), `head` stays far
+//! behind, and walks start at `front` (issue 28).
+//!
 //! Failing cases shrink and are kept in `proptest-regressions/model_weighted_proptest.txt`.
 
 use std::sync::atomic::Ordering::Acquire;
@@ -22,7 +26,7 @@ use fairlock::__internal::core::model::ModelPlatform;
 use fairlock::__internal::core::word::{LapRelation, relate};
 use fairlock::__internal::core::{
     Claim, Grant, Me, OwnedState, Published, State, Tuning, Watch, Word, claim_granted, publish,
-    release, weighted,
+    release, try_lock, weighted,
 };
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -46,6 +50,10 @@ enum Op {
     Crash(u32),
     /// Everybody alive recovers and claims until nothing changes; then no stall.
     Settle,
+    /// An idle actor takes and gives back a share that many times in a row (`try_lock` and
+    /// `release`), while others may hold theirs for good: the slots of long-held shares are
+    /// lapped again and again, and each lap retaken (given up and taken anew).
+    Churn(u32, u16),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -58,6 +66,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => a.clone().prop_map(Op::Recover),
         1 => a.clone().prop_map(Op::Crash),
         1 => Just(Op::Settle),
+        1 => (a.clone(), 1..1500u16).prop_map(|(a, k)| Op::Churn(a, k)),
     ]
 }
 
@@ -270,6 +279,19 @@ impl Sim {
                 self.actors[a as usize] = Actor::Dead;
             }
             Op::Settle => self.settle(),
+            Op::Churn(a, k) => {
+                if self.actors[a as usize] != Actor::Idle {
+                    return;
+                }
+                let st = self.o.view();
+                for _ in 0..k {
+                    if let Some(g) =
+                        try_lock(&st, &self.p, &me(a, true), &self.tuning).expect("consistent")
+                    {
+                        release(&st, &self.p, &g, a).expect("release");
+                    }
+                }
+            }
         }
     }
 

@@ -245,6 +245,36 @@ pub fn given_up(slot: &Slot, lap: u64) -> bool {
     GivenUp(slot.given_up.load(Acquire)).covers(lap)
 }
 
+/// Whether every lap after `word_lap` (the slot word's) and before `lap` was given up: then a
+/// taker of `lap` may publish over the word (a weighted kind's retaken laps, which nobody
+/// wrote: see `publish::may_reuse`). Constant time, however many laps that is.
+pub fn all_given_up_between(slot: &Slot, word_lap: u64, lap: u64) -> bool {
+    // Acquire: as in `given_up`.
+    let g = GivenUp(slot.given_up.load(Acquire));
+    // Laps counted from the word's: the taker's is `d`, the ones to cover `1..d`.
+    let rel = |x: u64| {
+        let r = x.wrapping_sub(word_lap) & LAP_MASK;
+        if r >= 1 << (LAP_BITS - 1) {
+            r as i64 - (1i64 << LAP_BITS)
+        } else {
+            r as i64
+        }
+    };
+    let d = rel(lap);
+    let b = rel(g.base());
+    // Laps up to `base` (after the word) are absorbed; the rest, `max(1, b + 1)..d`, need bits.
+    let from = 1.max(b + 1);
+    if from >= d {
+        return true;
+    }
+    let (i0, n) = (from - b - 1, d - from);
+    if i0 + n > WINDOW as i64 {
+        return false;
+    }
+    let need = ((1u64 << n) - 1) << i0;
+    g.bits() & need == need
+}
+
 /// Moves a `base` that fell far behind its slot's word up to the word's lap (bits of laps up to
 /// it dropped), so that laps compared modulo 2^44 never read a stale `base` as a later one. By
 /// the taker that wraps the counter, for every slot ([`super::fast::refresh_slots`]).
@@ -313,6 +343,39 @@ mod tests {
         let g = g.with(0).unwrap();
         assert_eq!((g.base(), g.bits()), (1, 0));
         assert!(g.covers(top) && g.covers(0) && g.covers(1) && !g.covers(2));
+    }
+
+    #[test]
+    fn laps_between_a_word_and_a_taker() {
+        let slot = crate::core::layout::Slot::zeroed();
+        let set = |g: GivenUp| {
+            slot.given_up
+                .store(g.0, crate::primitive::Ordering::Relaxed)
+        };
+        // The next lap: nothing between.
+        set(GivenUp(0));
+        assert!(all_given_up_between(&slot, 5, 6));
+        // Laps 6..=9 between word 5 and lap 10.
+        set(GivenUp::new(9, 0));
+        assert!(all_given_up_between(&slot, 5, 10));
+        set(GivenUp::new(8, 0));
+        assert!(!all_given_up_between(&slot, 5, 10), "lap 9 not given up");
+        set(GivenUp::new(7, 0b11));
+        assert!(all_given_up_between(&slot, 5, 10), "bits for 8 and 9");
+        set(GivenUp::new(7, 0b10));
+        assert!(!all_given_up_between(&slot, 5, 10));
+        // A base at or before the word covers nothing.
+        set(GivenUp::new(5, 0b1111));
+        assert!(all_given_up_between(&slot, 5, 10), "bits for 6..=9");
+        set(GivenUp::new(3, 0));
+        assert!(!all_given_up_between(&slot, 5, 10));
+        set(GivenUp::new(4, 0b1_1110));
+        assert!(
+            all_given_up_between(&slot, 5, 10),
+            "bits for 6..=9 from a base before the word"
+        );
+        set(GivenUp::new(4, 0b1_1010));
+        assert!(!all_given_up_between(&slot, 5, 10), "lap 7 not given up");
     }
 
     #[test]

@@ -258,8 +258,11 @@ pub struct Header {
     /// Weighted kinds only: the value of `deaths` the latest grant that told `owner_died`
     /// saw; a grant is told while `deaths` is ahead of it.
     pub told: AtomicU64,
-    /// Reserved: pads `head`'s line.
-    pub pad2: [AtomicU64; 1],
+    /// Weighted kinds only: a hint, every ticket before it is final or granted (never waiting
+    /// or unpublished); walks start here rather than at `head` when a share held since far
+    /// back keeps `head` more than `N` tickets behind (see [`crate::core::weighted`]). 0 in
+    /// other files.
+    pub front: AtomicU64,
 }
 
 /// One process taking part in the lock. Entry `i` belongs to whichever process holds an OFD
@@ -349,6 +352,7 @@ const _: () = {
     assert!(offset_of!(Header, data_tag) == 160);
     assert!(offset_of!(Header, deaths) == 168);
     assert!(offset_of!(Header, told) == 176);
+    assert!(offset_of!(Header, front) == 184);
     assert!(size_of::<Participant>() == PARTICIPANT_SIZE);
     assert!(offset_of!(Participant, pid) == 8);
     assert!(offset_of!(Participant, marker) == 12);
@@ -779,7 +783,7 @@ impl Header {
             data_tag: AtomicU64::new(0),
             deaths: AtomicU64::new(0),
             told: AtomicU64::new(0),
-            pad2: zeroed_u64s(),
+            front: AtomicU64::new(0),
         }
     }
 }

@@ -223,9 +223,21 @@ fn carries_death(w: Word) -> bool {
 #[inline]
 fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool {
     if relate(prev.lap(), st.lap(t)) == LapRelation::Behind {
+        if st.is_weighted() {
+            // Every ticket uses its slot: the laps in between were given up while a share
+            // held the slot (retaken), and nobody wrote their `Skipped` — walks that start at
+            // `front` never come back for them (see `weighted`). Ours may go once all of
+            // them are given up; a death the word tells is counted first.
+            let all_given_up =
+                super::given_up::all_given_up_between(st.slot(t), prev.lap(), st.lap(t));
+            if all_given_up {
+                super::weighted::count_replaced_news(st, prev);
+            }
+            return all_given_up;
+        }
         // Acquire: pairs with the Release raise of `head` by the first taker to queue.
         let head = st.header().head.load(Acquire);
-        return !st.is_weighted() && super::frontier::before(t.wrapping_sub(st.slot_count()), head);
+        return super::frontier::before(t.wrapping_sub(st.slot_count()), head);
     }
     if !carries_death(prev) {
         return true;

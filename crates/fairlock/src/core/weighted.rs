@@ -120,29 +120,109 @@ pub(crate) fn count_replaced_news(st: &LockState<'_>, prev: Word) {
     }
 }
 
-/// Grants every waiting ticket that fits, in ticket order, from `head`; see the module notes.
-/// Anyone may run it at any time; it is how a weighted lock's release, abandonment, recovery
-/// and publication pass the lock on.
+/// Where a walk, a recovery or an admission check starts: `head` (every ticket before it
+/// final), with nothing counted yet — or, when a share held since far back keeps `head` more
+/// than `N` tickets behind the header's `front` (every ticket before it final or granted),
+/// `front`, with the holders before it counted from the slot words (`far`). A held ticket keeps
+/// its slot's word (later laps of that slot are given up and retaken), so every grant before
+/// `front` is some slot's word: `N` loads, however long the share has been held, instead of a
+/// step per ticket taken since (a read held for an hour made every walk that long: issue 28).
+struct Start {
+    at: u64,
+    front: Front,
+    far: bool,
+}
+
+fn start(st: &LockState<'_>) -> Start {
+    let hdr = st.header();
+    // Acquire: pairs with the Release raise of `head` (`frontier::raise_head`) by the walk
+    // that passed the tickets below it.
+    let head = hdr.head.load(Acquire);
+    // Acquire: pairs with the Release raise of `front` (`raise_front`).
+    let hint = hdr.front.load(Acquire);
+    if before(head, hint) && hint.wrapping_sub(head) > st.slot_count() {
+        Start {
+            at: hint,
+            front: holders_before(st, hint),
+            far: true,
+        }
+    } else {
+        Start {
+            at: head,
+            front: Front::default(),
+            far: false,
+        }
+    }
+}
+
+/// The grants before ticket `at` (every ticket before it final or granted), counted from the
+/// slot words: a grant's word stays in its slot until it ends. A grant that ends while we
+/// count may still be counted (conservative: a walk may then grant a little later). The news
+/// of a death a word before `at` tells (a holder revoked there) is collected on the way, as a
+/// walk from `head` would collect it passing that word — no walk from `front` comes there.
+fn holders_before(st: &LockState<'_>, at: u64) -> Front {
+    let next = st.next_ticket();
+    let mut front = Front::default();
+    for i in 0..st.slot_count() {
+        for _ in 0..4 {
+            // Acquire: as the walk loads words.
+            let w = Word(st.slot(i).word.load(Acquire));
+            let t = ticket_of(w.lap(), i, st.slot_shift(), next);
+            if !before(t, at) {
+                break;
+            }
+            if matches!(w.state(), Some(State::Granted | State::Held)) {
+                front.count(w);
+            } else if is_news(w) && !collect_news(st, t, w) {
+                continue; // changed under us: look again
+            }
+            break;
+        }
+    }
+    front
+}
+
+/// Raises the header's `front` to `t` unless it is already there or beyond (monotone, like
+/// `head`). `Release`, as `raise_head`: pairs with the `Acquire` load in [`start`].
+fn raise_front(st: &LockState<'_>, t: u64) {
+    let front = &st.header().front;
+    // Relaxed: the CAS below decides.
+    let mut cur = front.load(Relaxed);
+    while before(cur, t) {
+        match front.compare_exchange_weak(cur, t, Release, Relaxed) {
+            Ok(_) => return,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Grants every waiting ticket that fits, in ticket order, from `head` (or `front`: see
+/// [`start`]); see the module notes. Anyone may run it at any time; it is how a weighted lock's
+/// release, abandonment, recovery and publication pass the lock on.
 pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
     // SeqCst: the store-load fence with the caller's write just before (a release's `Done`, a
     // publication's `Waiting`, an abandonment): pairs with the same fence of the walk that
     // follows the other party's write, so at least one of the two walks sees both.
     fence(SeqCst);
     let hdr = st.header();
-    // Acquire: pairs with the Release raise of `head` (`frontier::raise_head`) by the walk
-    // that passed the tickets below it.
-    let head = hdr.head.load(Acquire);
+    let Start {
+        at,
+        front: counted,
+        far,
+    } = start(st);
     let cap = st.capacity();
-    let mut front = Front::default();
+    let mut front = counted;
     // Once this walk tells a grant of a death, it tells every grant it makes: readers granted
     // together after a dead writer all read what it left.
     let mut telling = false;
     // Where `head` may go: the first ticket not known to be final.
     let mut unfinished: Option<u64> = None;
-    let mut h = head;
+    let mut h = at;
     let mut steps = 0u64;
     while steps < MAX_STEPS {
         steps += 1;
+        #[cfg(all(test, not(loom)))]
+        tests::STEPS.with(|c| c.set(c.get() + 1));
         let slot = st.slot(h);
         let lap = st.lap(h);
         // Acquire: pairs with the Release CAS or store that wrote the word (a release, a
@@ -242,17 +322,24 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
             }
         }
     }
-    // `head` goes up to the first ticket not known to be final, else to where the walk ended.
-    raise_head(st, unfinished.unwrap_or(h));
+    // `head` goes up to the first ticket not known to be final, else to where the walk ended
+    // (not when it started at `front`: what lies before that is not known final); `front` to
+    // where the walk ended, the first ticket it could not grant.
+    if !far {
+        raise_head(st, unfinished.unwrap_or(h));
+    }
+    raise_front(st, h);
 }
 
 /// Whether ticket `me` (a shared one if `shared`) could be granted now: every unfinished
 /// ticket before it is granted or held, and it fits next to them. For `try_*`, after a
 /// [`recover`]; a race with other takers may still leave it waiting (then it gives up).
 pub fn admits<P: Platform>(st: &LockState<'_>, p: &P, me: u64, shared: bool) -> bool {
-    let mut front = Front::default();
-    // Acquire: as in `advance`.
-    let mut h = st.header().head.load(Acquire);
+    let Start {
+        at, front: counted, ..
+    } = start(st);
+    let mut front = counted;
+    let mut h = at;
     for _ in 0..MAX_STEPS {
         if !before(h, me) {
             return front.admits(shared, st.capacity());
@@ -285,12 +372,37 @@ pub fn recover<P: Platform>(
     watch: &mut Watch<'_>,
     tuning: &Tuning,
 ) -> Ahead {
-    // Relaxed: only where to start (a lower bound of the unfinished tickets); the words
-    // decide, loaded with Acquire.
-    let start = st.header().head.load(Relaxed);
-    let mut h = start;
+    let Start { at, far, .. } = start(st);
     let mut busy = false;
+    if far {
+        // The grants before `front` are slot words (see `start`): look at each of them.
+        let next = st.next_ticket();
+        for i in 0..st.slot_count() {
+            for _ in 0..4 {
+                // Acquire: as in `advance`.
+                let w = Word(st.slot(i).word.load(Acquire));
+                if !matches!(w.state(), Some(State::Granted | State::Held)) {
+                    break;
+                }
+                let t = ticket_of(w.lap(), i, st.slot_shift(), next);
+                if !before(t, at) || !before(t, me) {
+                    break;
+                }
+                match fix_holder(st, p, t, w, watch) {
+                    Holder::Live => {
+                        busy = true;
+                        break;
+                    }
+                    Holder::Passed => break,
+                    Holder::Changed => {} // look again
+                }
+            }
+        }
+    }
+    let mut h = at;
     for _ in 0..MAX_STEPS {
+        #[cfg(all(test, not(loom)))]
+        tests::STEPS.with(|c| c.set(c.get() + 1));
         if !before(h, me) {
             break;
         }
@@ -352,30 +464,57 @@ pub fn recover<P: Platform>(
                     break;
                 }
             }
-            State::Granted | State::Held => {
-                if dead() {
-                    let to = if state == State::Held {
-                        State::Revoked
-                    } else {
-                        State::Skipped
-                    };
-                    if !cas(slot, w, w.with_state(to)) {
-                        continue;
-                    }
-                    crate::crash_point!("weighted.dead_holder_passed");
-                } else if let Some(f) = w.leased().then(|| expired(st, p, h, w, watch)).flatten() {
-                    take_over(st, p, h, w, f);
-                    continue;
-                } else {
-                    busy = true;
-                }
-            }
+            State::Granted | State::Held => match fix_holder(st, p, h, w, watch) {
+                Holder::Live => busy = true,
+                Holder::Passed => {}
+                Holder::Changed => continue, // look again
+            },
             State::Ready => return Ahead::Busy,
         }
         h = h.wrapping_add(1);
     }
     advance(st, p);
     if busy { Ahead::Busy } else { Ahead::Clear }
+}
+
+/// What [`fix_holder`] found.
+enum Holder {
+    /// Alive, and within its lease.
+    Live,
+    /// Dead (revoked or skipped), or its lease ran out (taken over).
+    Passed,
+    /// The word changed under us.
+    Changed,
+}
+
+/// Recovery of granted or held ticket `h` (word `w`): revoked (held) or skipped (granted) if
+/// its process is dead, taken over if its lease ran out.
+fn fix_holder<P: Platform>(
+    st: &LockState<'_>,
+    p: &P,
+    h: u64,
+    w: Word,
+    watch: &mut Watch<'_>,
+) -> Holder {
+    if p.liveness(w.participant()) == Liveness::Dead {
+        let to = if w.state() == Some(State::Held) {
+            State::Revoked
+        } else {
+            State::Skipped
+        };
+        if !cas(st.slot(h), w, w.with_state(to)) {
+            return Holder::Changed;
+        }
+        crate::crash_point!("weighted.dead_holder_passed");
+        return Holder::Passed;
+    }
+    match w.leased().then(|| expired(st, p, h, w, watch)).flatten() {
+        Some(f) => {
+            take_over(st, p, h, w, f);
+            Holder::Changed
+        }
+        None => Holder::Live,
+    }
 }
 
 /// The ticket at or below `next` whose slot is `i` (of `1 << shift`) and whose lap is `lap`
@@ -426,6 +565,43 @@ pub fn holds_already(st: &LockState<'_>, participant: u32, tid: u32) -> bool {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Tickets the weighted walks and recoveries of this thread looked at.
+        pub(super) static STEPS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    }
+
+    /// A read held while thousands of others come and go on a 2-slot file: every walk and
+    /// recovery looks at a bounded number of tickets (the slots, and the waiting ones), not at
+    /// every ticket taken since the long read began (each walk stepped from `head`, the long
+    /// read, over all of them: quadratic in the traffic).
+    #[test]
+    fn walks_beside_a_long_held_share_are_bounded_by_the_slots() {
+        let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);
+        let st = o.view();
+        let p = ModelPlatform::new(1);
+        let t = Tuning::default();
+        let long = lock(&st, &p, &me(1, true), None, &t).unwrap();
+        let mut worst = 0;
+        for i in 0..5_000u32 {
+            STEPS.with(|c| c.set(0));
+            let g = lock(&st, &p, &me(2, true), None, &t).unwrap();
+            release(&st, &p, &g, 2).unwrap();
+            let mut watch = Watch::default();
+            let _ = recover(&st, &p, st.next_ticket(), &mut watch, &t);
+            let steps = STEPS.with(|c| c.get());
+            if i > 100 {
+                worst = worst.max(steps);
+            }
+        }
+        assert!(
+            worst <= 64,
+            "{worst} tickets looked at by one lock, unlock and recovery"
+        );
+        release(&st, &p, &long, 1).unwrap();
+        let w = lock(&st, &p, &me(3, false), None, &t).expect("a writer after the long read");
+        release(&st, &p, &w, 3).unwrap();
+    }
     use crate::core::layout::{OwnedState, RecordKind};
     use crate::core::model::ModelPlatform;
     use crate::core::weighted_test_support::{claim, me, state_of};
