@@ -30,9 +30,10 @@ fn review3_barger_killed_at_barge_ended() {
 fn killed_at(test: &str, point: &str, told: bool) {
     if role().is_some() {
         let lock = open(common::env("FL_LOCK").as_ref());
-        // Keep trying: every call spins in `barge` for up to 50 µs first.
+        // Keep trying: every call spins in `barge` for up to 50 µs first (a deadline not yet
+        // past: one already past makes one try, as `try_lock`, and never barges).
         loop {
-            if let Ok(g) = lock.lock_timeout(Duration::ZERO) {
+            if let Ok(g) = lock.lock_timeout(Duration::from_micros(200)) {
                 drop(g);
             }
         }
@@ -58,7 +59,7 @@ fn killed_at(test: &str, point: &str, told: bool) {
             let g = l2.lock().unwrap();
             (g.owner_died(), t0.elapsed())
         });
-        // b parks (the child's zero-deadline tickets come and go meanwhile).
+        // b parks (the child's short-deadline tickets come and go meanwhile).
         std::thread::sleep(Duration::from_millis(5));
         drop(g);
         let (died, took) = b.join().unwrap();

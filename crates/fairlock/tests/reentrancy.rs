@@ -345,3 +345,126 @@ fn a_relock_on_a_live_leased_grant_nests() {
     drop(outer);
     assert!(free_for_others(&path));
 }
+
+fn never() -> bool {
+    false
+}
+
+/// A leased grant whose guard is forgotten, then its handle dropped (its view is freed).
+fn forget_a_leased_grant(path: &std::path::Path) {
+    let a = FairLock::options()
+        .lease(Duration::from_secs(60))
+        .open(path)
+        .expect("open");
+    if let Ok(g) = a.lock() {
+        std::mem::forget(g);
+    }
+    drop(a);
+}
+
+/// A thread forgets leased guards and drops their handles, then opens fresh files: the first
+/// lock of each must be granted. (A thread's record of a leased grant named the view by its
+/// address; a later view at the same address was taken for it, and its first lock said
+/// `LockLost`: review finding.)
+#[test]
+fn forgotten_leased_guards_do_not_poison_later_views() {
+    let dir = TempDir::new("review-forgot-many");
+    let d = dir.join("");
+    std::thread::spawn(move || {
+        for i in 0..200 {
+            let a = FairLock::options()
+                .lease(Duration::from_secs(60))
+                .open(d.join(format!("leased-{i}")))
+                .unwrap();
+            match a.lock() {
+                Ok(g) => std::mem::forget(g),
+                Err(e) => panic!("iteration {i}: first lock of a fresh leased file: {e:?}"),
+            }
+            drop(a);
+            let b = FairLock::open(d.join(format!("plain-{i}"))).expect("open b");
+            match b.lock_timeout(Duration::from_secs(1)) {
+                Ok(g) => drop(g),
+                Err(e) => panic!("iteration {i}: first lock of a fresh plain file: {e:?}"),
+            }
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// `lock_for_fd` with a lease, repeatedly in one thread, each on a fresh file, each unlocked
+/// with `unlock_fd`: nothing is held when the next one starts (a grant held for a descriptor is
+/// not its thread's; recorded as the thread's, it made a later view's lock say `LockLost`).
+#[test]
+fn leased_descriptor_locks_in_one_thread() {
+    use std::fs::OpenOptions as FsOpen;
+    use std::os::fd::AsFd;
+    let dir = TempDir::new("review-fd-lease");
+    let d = dir.join("");
+    std::thread::spawn(move || {
+        for i in 0..50 {
+            let path = d.join(format!("jobs-{i}.lock"));
+            let f = FsOpen::new().append(true).create(true).open(&path).unwrap();
+            let r = FairLock::options()
+                .lease(Duration::from_secs(60))
+                .lock_for_fd(f.as_fd(), fairlock::FdMode::Exclusive, None, never);
+            match r {
+                Ok(_) => {
+                    fairlock::unlock_fd(f.as_fd()).unwrap();
+                }
+                Err(e) => panic!("descriptor lock {i} of a fresh file: {e:?}"),
+            }
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// Thread T forgot leased guards (of files it closed), then opened other files; the main
+/// thread holds leased grants of those (60 s leases) through T's handles. T exits: its
+/// thread-local's destructor gives up what T still holds — never another thread's grant
+/// through a view at an address T once used (it revoked the main thread's live grants, and a
+/// third thread took those locks while their guards lived: two holders; review finding).
+#[test]
+fn a_thread_exit_never_revokes_another_thread_s_grants() {
+    let dir = TempDir::new("review-exit");
+    let d = dir.join("");
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<Arc<FairLock>>>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let d2 = d.clone();
+    let t = std::thread::spawn(move || {
+        for i in 0..30 {
+            forget_a_leased_grant(&d2.join(format!("a-{i}.lock")));
+        }
+        let bs: Vec<_> = (0..30)
+            .map(|j| {
+                Arc::new(
+                    FairLock::options()
+                        .lease(Duration::from_secs(60))
+                        .open(d2.join(format!("b-{j}.lock")))
+                        .unwrap(),
+                )
+            })
+            .collect();
+        tx.send(bs).unwrap();
+        go_rx.recv().unwrap();
+    });
+    let bs = rx.recv().unwrap();
+    let gs: Vec<_> = bs.iter().map(|b| b.lock().expect("lock b")).collect();
+    go_tx.send(()).unwrap();
+    t.join().unwrap();
+    let lost: Vec<usize> = (0..30).filter(|&j| gs[j].check().is_err()).collect();
+    let free: Vec<usize> = (0..30)
+        .filter(|j| {
+            let p = d.join(format!("b-{j}.lock"));
+            std::thread::spawn(move || FairLock::open(&p).unwrap().try_lock().is_ok())
+                .join()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        lost.is_empty() && free.is_empty(),
+        "live 60 s leased grants revoked by another thread's exit: {lost:?}; \
+         taken by a third thread while their guards live: {free:?}"
+    );
+}

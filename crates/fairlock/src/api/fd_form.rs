@@ -314,8 +314,10 @@ impl OpenOptions {
             entry: Some((i, n)),
         };
         let mut lock = FairLock::with_view(shared, self, create, None);
-        // Held for the descriptor, not for this process's thread: no thread beacon.
+        // Held for the descriptor, not for this process's thread: no thread beacon, no record
+        // of a leased grant for the thread.
         lock.beacon_hints = false;
+        lock.per_thread = false;
         let grant = |g: crate::LockGuard<'_>| {
             g.stamp_time(); // so that `fairlock status` can show "held for"
             let r = FdGrant {

@@ -59,6 +59,9 @@ pub struct FairLock {
     /// of the holder's death from the kernel: only grants that end with their thread — not a
     /// `FairMutex`'s (kept on exit), not the fd form's (held for a descriptor).
     pub(crate) beacon_hints: bool,
+    /// Whether a leased grant is its thread's (recorded in `thread_leases`): not the fd form's,
+    /// held for a descriptor, its guard forgotten by design.
+    pub(crate) per_thread: bool,
 }
 
 // SAFETY: all fields are Send + Sync except the raw pointer `current`, which always points into
@@ -142,6 +145,7 @@ impl FairLock {
                 KEPT_ON_EXIT
             },
             beacon_hints: create.data_type.is_empty(),
+            per_thread: true,
             name,
         }
     }
@@ -548,8 +552,10 @@ impl FairLock {
         let meta = Hold::meta(self.lease_ms, &g, self.kept_on_exit);
         if self.lease_ms.is_some() {
             // A leased grant may be taken over while we live: kept per thread, not in `Hold`
-            // (see `thread_leases`).
-            thread_leases::record(sh, g.ticket, meta);
+            // (see `thread_leases`) — unless it is held for a descriptor (the fd form).
+            if self.per_thread {
+                thread_leases::record(sh, g.ticket, meta);
+            }
             return LockGuard::new(sh, g, tid, self.lease_ms);
         }
         // Relaxed: these are read back only by this thread (see `Hold::owner`).

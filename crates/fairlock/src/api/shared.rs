@@ -45,6 +45,9 @@ pub(crate) struct Shared {
     pub(crate) fork_generation: u64,
     /// Which of our threads holds the lock; written on every grant.
     pub(crate) hold: Hold,
+    /// This view's number, unique in the process (never reused): what a thread's record of a
+    /// leased grant names it by (`thread_leases`), where an address could be a later view's.
+    pub(crate) serial: u64,
 }
 
 /// Which of our threads holds the lock. On cache lines of its own: every grant to one of our
@@ -205,6 +208,11 @@ impl Shared {
                 ticket: AtomicU64::new(0),
                 grant_meta: AtomicU64::new(0),
                 depth: AtomicU32::new(0),
+            },
+            serial: {
+                static SERIAL: AtomicU64 = AtomicU64::new(1);
+                // Relaxed: only uniqueness matters.
+                SERIAL.fetch_add(1, Relaxed)
             },
         })
     }

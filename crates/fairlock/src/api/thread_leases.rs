@@ -25,9 +25,11 @@ use crate::core;
 /// One leased grant the calling thread holds.
 #[derive(Clone, Copy)]
 struct Entry {
-    /// The view it was granted through (compared by address; the guards borrow it, so it
-    /// lives while they do).
-    shared: *const Shared,
+    /// The view it was granted through, by its serial number: never a later view's, even if
+    /// this one is freed while the entry stays (a guard forgotten with `mem::forget`; an
+    /// address was reused by a later view, whose first lock then nested on — or whose thread's
+    /// exit revoked — a grant that was not its: review finding).
+    shared: u64,
     ticket: u64,
     /// The grant's `Hold::meta` word (lease, died, fast bits).
     meta: u64,
@@ -53,7 +55,7 @@ impl Drop for Entries {
                 .collect()
         });
         for e in left {
-            if let Some(sh) = views.iter().find(|v| Arc::as_ptr(v) == e.shared)
+            if let Some(sh) = views.iter().find(|v| v.serial == e.shared)
                 && sh.is_current()
             {
                 let (grant, _) = super::shared::Hold::grant_of(e.meta, e.ticket);
@@ -96,7 +98,7 @@ pub(crate) fn held(sh: &Shared) -> Option<(u64, u64, u32)> {
 #[cold]
 #[inline(never)]
 fn held_in(sh: &Shared) -> Option<(u64, u64, u32)> {
-    let p: *const Shared = sh;
+    let p = sh.serial;
     with(|v| {
         v.iter()
             .find(|e| e.shared == p)
@@ -107,7 +109,7 @@ fn held_in(sh: &Shared) -> Option<(u64, u64, u32)> {
 
 /// Records a leased grant the calling thread just took through `sh` (depth 1).
 pub(crate) fn record(sh: &Shared, ticket: u64, meta: u64) {
-    let p: *const Shared = sh;
+    let p = sh.serial;
     with(|v| {
         v.retain(|e| e.shared != p);
         v.push(Entry {
@@ -122,7 +124,7 @@ pub(crate) fn record(sh: &Shared, ticket: u64, meta: u64) {
 /// Sets the depth of the calling thread's grant `ticket` through `sh` (0: forgets it). The
 /// previous depth, `None` if the thread has no such grant (a share, which is never recorded).
 pub(crate) fn set_depth(sh: &Shared, ticket: u64, depth: impl FnOnce(u32) -> u32) -> Option<u32> {
-    let p: *const Shared = sh;
+    let p = sh.serial;
     with(|v| {
         let i = v.iter().position(|e| e.shared == p && e.ticket == ticket)?;
         let before = v[i].depth;

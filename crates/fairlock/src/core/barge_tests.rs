@@ -1048,3 +1048,37 @@ fn a_ticket_given_back_after_the_barge_ended_is_walked_past_by_its_grantee() {
     let c = claim(&st, &p, t2, &m2);
     holder::release(&st, &p, &c, 4).unwrap();
 }
+
+/// A lock with a deadline already past makes one try, as `try_lock`, and never barges ahead of
+/// a granted, unclaimed ticket (it tried the barge before it looked at the deadline: review
+/// finding).
+#[test]
+fn a_deadline_already_past_never_barges() {
+    let owned = OwnedState::of_kind(8, 8, RecordKind::bounded(2));
+    let st = owned.view();
+    let p = ModelPlatform::new(1);
+    let tuning = Tuning {
+        spin_ns: 0,
+        ..Tuning::default()
+    };
+    let a = lock(&st, &p, &me(1), None, &tuning).unwrap();
+    let Taken::Queued(t, arrived) = take(&st, &p, &me(2)) else {
+        panic!()
+    };
+    let m2 = Me {
+        beacon: with_arrival(0, arrived),
+        ..me(2)
+    };
+    let mut watch = Watch::default();
+    assert!(matches!(
+        publish(&st, &p, t, &m2, None, &tuning, &mut watch),
+        Ok(Published::Waiting(_))
+    ));
+    release(&st, &p, &a, 1).unwrap(); // grants t; its waiter has not claimed yet
+    let past = p.now_ns();
+    let r = lock(&st, &p, &me(3), Some(past), &tuning);
+    assert!(
+        r.is_err(),
+        "a lock with a deadline already past barged ahead of granted ticket {t}: {r:?}"
+    );
+}

@@ -34,7 +34,8 @@ pub fn clean_up_participant<P: Platform>(st: &LockState<'_>, p: &P, participant:
         // A ticket the dead process took while lapped, which no word names: given up for it
         // (its lapped entry says it was the dead process's), so that the walk passes it at
         // once rather than after the grace — and never takes it for ours.
-        if let Some(lap) = super::lapped::named(slot, participant) {
+        let laps: Vec<u64> = super::lapped::named(slot, participant).collect();
+        for lap in laps {
             let t = super::weighted::ticket_of(lap, i, st.slot_shift(), st.next_ticket());
             if give_up_lapped(st, p, t, participant) == LappedGiveUp::InWord {
                 // Pre-granted meanwhile (a `Ready` word names nobody): passed on.

@@ -67,10 +67,10 @@ pub(crate) fn dead<P: Platform>(slot: &Slot, lap: u64, p: &P) -> bool {
     })
 }
 
-/// The lap of a ticket that an entry of this slot says `participant` waits for (for the new
+/// The laps of the tickets the entries of this slot say `participant` waits for (for the new
 /// owner of a dead process's entry, which must not be mistaken for it).
-pub(crate) fn named(slot: &Slot, participant: u32) -> Option<u64> {
-    slot.lapped.iter().find_map(|e| {
+pub(crate) fn named(slot: &Slot, participant: u32) -> impl Iterator<Item = u64> + '_ {
+    slot.lapped.iter().filter_map(move |e| {
         let r = Word(e.load(Relaxed));
         (r.state() == Some(State::Waiting) && r.participant() == participant && !stale(slot, r))
             .then_some(r.lap())

@@ -700,15 +700,14 @@ impl<'a> LockState<'a> {
         self.ticket_of(self.lock_word(crate::primitive::Ordering::Relaxed))
     }
 
-    /// Takes a ticket keeping the word's flags: for the weighted kinds, whose word is queued
-    /// for good, and for tests. Exclusive locks take theirs with [`crate::core::fast`].
+    /// Takes a ticket keeping the word's flags, whether its slot has room or not: for tests and
+    /// tools that need a ticket (a taker uses [`crate::core::fast::take`], which takes one only
+    /// with room for its giving up: see [`crate::core::given_up`]).
     ///
-    /// One `fetch_add` (wait-free: a taker is never overtaken by later arrivals retrying a
-    /// CAS — with a CAS loop, 6 threads on a semaphore took tickets out of arrival order
-    /// 6.7 % of the time instead of 0.1 %). The carry of the ticket that wraps the counter
-    /// flips the epoch's parity bit right above it, so no taker has to look first (review:
-    /// with the parity elsewhere, a taker that stalled between that look and its `fetch_add`
-    /// wrapped the counter without flipping it).
+    /// One `fetch_add`. The carry of the ticket that wraps the counter flips the epoch's parity
+    /// bit right above it, so no taker has to look first (review: with the parity elsewhere, a
+    /// taker that stalled between that look and its `fetch_add` wrapped the counter without
+    /// flipping it).
     pub fn take_ticket(&self) -> u64 {
         // AcqRel: part of the word's release sequence (see `core::fast`).
         let old = LockWord(

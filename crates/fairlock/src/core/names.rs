@@ -308,7 +308,7 @@ pub fn begin_reclaim(t: &impl NameTable, r: u32, word: u64) -> bool {
 /// holder must be told (a reclaimed record gave the name a fresh lock, and the next holder was
 /// not: issue 28, finding 2).
 pub fn carries_news(st: &crate::core::LockState<'_>) -> bool {
-    use crate::core::word::{LapRelation, State, Word, relate};
+    use crate::core::word::{State, Word};
     let h = st.header();
     // Acquire: as a walker loads it.
     let lw = st.lock_word(Acquire);
@@ -325,12 +325,14 @@ pub fn carries_news(st: &crate::core::LockState<'_>) -> bool {
     // Acquire: a lower bound of the unfinished tickets (before it, every death was passed on).
     let head = h.head.load(Acquire);
     let next = st.ticket_of(lw);
-    let span = next.wrapping_sub(head);
-    // At most `N · 21` tickets are outstanding (`given_up`); anything else is a corrupt file.
-    (0..span.min(st.slot_count() * (crate::core::given_up::WINDOW + 1))).any(|k| {
-        let t = head.wrapping_add(k);
-        let w = Word(st.slot(t).word.load(Acquire));
-        relate(w.lap(), st.lap(t)) == LapRelation::Same
+    // Each slot's word is one ticket's: one that tells of a death, at or after `head`, is
+    // news not yet passed on. (Walking the tickets from `head` could miss one behind a long
+    // run of given-up tickets.)
+    (0..st.slot_count()).any(|i| {
+        let w = Word(st.slot(i).word.load(Acquire));
+        let t = crate::core::weighted::ticket_of(w.lap(), i, st.slot_shift(), next);
+        !crate::core::frontier::before(t, head)
+            && crate::core::frontier::before(t, next)
             && match w.state() {
                 Some(State::Held | State::Revoked) => true,
                 Some(State::Granted | State::Ready | State::Skipped) => w.died(),

@@ -1096,3 +1096,56 @@ fn a_stalled_extend_never_overwrites_a_later_ticket_s_deadline() {
     );
     release(&st, &p, &b, 2).unwrap();
 }
+
+/// The new owner of a dead process's participant entry gives up every lapped ticket the
+/// slots' `lapped` entries say that process took, so that walks pass them at once (one of
+/// them was left pre-granted, to wait out the grace: review finding).
+#[test]
+fn cleanup_gives_up_every_lapped_ticket_of_the_dead_process() {
+    let o = OwnedState::new(2, 8);
+    let st = o.view();
+    let p = ModelPlatform::new(0);
+    let t = Tuning::default();
+    let g0 = hold_in_slot(&st, &p, 0);
+    // Ticket 1: a live waiter (published).
+    let fast::Taken::Queued(t1, _) = fast::take(&st, &p, &me(1)) else {
+        panic!()
+    };
+    let mut w = recover::Watch::default();
+    assert!(matches!(
+        publish(&st, &p, t1, &me(1), None, &t, &mut w),
+        Ok(Published::Waiting(_))
+    ));
+    // Tickets 2 (slot 0) and 3 (slot 1): lapped takers of participant 5 (killed later) and 6.
+    let lapped_ticket = |who: u32| {
+        let fast::Taken::Queued(tk, _) = fast::take(&st, &p, &me(who)) else {
+            panic!()
+        };
+        let mut w = recover::Watch::default();
+        assert!(matches!(
+            publish::publish_once(&st, &p, tk, &me(who), None, &t, &mut w),
+            Ok(publish::Look::Lapped)
+        ));
+        tk
+    };
+    let t2 = lapped_ticket(5);
+    let t3 = lapped_ticket(6);
+    assert_eq!((t1, t2, t3), (1, 2, 3));
+    // Participant 5's process is killed; a new process claims entry 5 and cleans up.
+    clean_up_participant(&st, &p, 5);
+    release(&st, &p, &g0, 0).unwrap();
+    let claim::Claim::Held(g1) = claim::claim_granted(&st, &p, t1, &me(1)).unwrap() else {
+        panic!()
+    };
+    release(&st, &p, &g1, 1).unwrap();
+    assert_eq!(
+        state_of(&st, t2),
+        Some(State::Skipped),
+        "ticket 2 passed at once"
+    );
+    assert_eq!(
+        state_of(&st, t3),
+        Some(State::Ready),
+        "ticket 3 pre-granted"
+    );
+}

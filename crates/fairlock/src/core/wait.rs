@@ -64,6 +64,15 @@ pub fn lock_watched<P: Platform>(
     first: Option<u64>,
     watch: Watch<'_>,
 ) -> Result<Grant, WaitError> {
+    if first.is_none() && deadline.is_some_and(|d| p.now_ns() >= d) {
+        // A deadline already past: one try, as `try_lock` makes it (a dead holder recovered,
+        // a free lock taken, never a ticket to give up at once: a polling loop of
+        // `lock_timeout(0)` leaves nothing behind; and never a barge).
+        return match try_lock(st, p, me, tuning)? {
+            Some(g) => Ok(g),
+            None => Err(watch.stopped()),
+        };
+    }
     // A file with a bypass bound: take the lock ahead of a grantee not yet running, if the
     // bound allows (see `barge`); not with a lease.
     if first.is_none()
@@ -72,15 +81,6 @@ pub fn lock_watched<P: Platform>(
         && let Some(g) = barge(st, p, me, tuning)
     {
         return Ok(g);
-    }
-    if first.is_none() && deadline.is_some_and(|d| p.now_ns() >= d) {
-        // A deadline already past: one try, as `try_lock` makes it (a dead holder recovered,
-        // a free lock taken, never a ticket to give up at once: a polling loop of
-        // `lock_timeout(0)` leaves nothing behind).
-        return match try_lock(st, p, me, tuning)? {
-            Some(g) => Ok(g),
-            None => Err(watch.stopped()),
-        };
     }
     lock_queued(st, p, me, deadline, tuning, first, watch)
 }

@@ -259,7 +259,7 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 // `head` stays at it, and the walk that finds the slot free writes its
                 // `Skipped` (the branch above).
                 unfinished.get_or_insert(h);
-                if lapped::gone(slot, lap, p) {
+                if lapped_gone(st, p, h) {
                     h = h.wrapping_add(1);
                     continue;
                 }
@@ -351,8 +351,7 @@ pub fn admits<P: Platform>(st: &LockState<'_>, p: &P, me: u64, shared: bool) -> 
             (LapRelation::Same, Some(s)) if s.is_final() => {}
             (LapRelation::Same, Some(State::Granted | State::Held)) => front.count(w),
             // Given up (or dead) and passed by every walk, as `advance` does.
-            (LapRelation::Previous | LapRelation::Behind, Some(_))
-                if lapped::gone(slot, st.lap(h), p) => {}
+            (LapRelation::Previous | LapRelation::Behind, Some(_)) if lapped_gone(st, p, h) => {}
             _ => return false,
         }
         h = h.wrapping_add(1);
@@ -441,7 +440,7 @@ pub fn recover<P: Platform>(
             LapRelation::Previous | LapRelation::Behind => {
                 // Its slot is still used by an earlier lap. A taker that gave up (or died)
                 // there is passed, as `advance` does; a live one waits for its slot.
-                if lapped::gone(slot, lap, p) {
+                if lapped_gone(st, p, h) {
                     h = h.wrapping_add(1);
                     continue;
                 }
@@ -475,6 +474,25 @@ pub fn recover<P: Platform>(
     }
     advance(st, p);
     if busy { Ahead::Busy } else { Ahead::Clear }
+}
+
+/// Whether lapped ticket `h` (its slot still an earlier lap's word) will never be published:
+/// its taker gave up (its bit), or its `lapped` entry names a dead process — whose bit is then
+/// set on its behalf (it will never look again), so that the slot's given-up word can absorb
+/// the laps after it. (Passed without a bit, a dead writer behind a long-held read kept the
+/// word from absorbing the readers' retaken laps behind it: after 20 of them nobody could take
+/// a ticket until the read ended. Review finding.)
+fn lapped_gone<P: Platform>(st: &LockState<'_>, p: &P, h: u64) -> bool {
+    let slot = st.slot(h);
+    let lap = st.lap(h);
+    if super::given_up::given_up(slot, lap) {
+        return true;
+    }
+    if lapped::dead(slot, lap, p) {
+        let _ = super::given_up::give_up(st, h);
+        return true;
+    }
+    false
 }
 
 /// What [`fix_holder`] found.
@@ -569,6 +587,56 @@ mod tests {
     thread_local! {
         /// Tickets the weighted walks and recoveries of this thread looked at.
         pub(super) static STEPS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    }
+
+    /// A writer lapped behind a long-held read (its slot still the read's) is killed: walks
+    /// pass its ticket (its `lapped` entry names a dead process). Every later lap of that slot
+    /// is retaken by readers; the slot's given-up word must absorb them past the dead writer's
+    /// lap, so that readers go on taking tickets beside the long read. (Passed without a bit,
+    /// the dead writer's lap stopped the absorption: after 20 laps no ticket could be taken
+    /// until the read ended. Review finding.) The same with a writer that times out instead.
+    #[test]
+    fn a_dead_lapped_taker_behind_a_long_read_stops_no_reader() {
+        use crate::core::weighted_test_support::{in_ms, ticking};
+        for dies in [true, false] {
+            let o = OwnedState::of_kind(4, 8, RecordKind::RWLOCK);
+            let st = o.view();
+            let p = ticking();
+            let t = Tuning::default();
+            let _long = lock(&st, &p, &me(1, true), None, &t).unwrap(); // ticket 0, slot 0
+            for _ in 0..3 {
+                let g = lock(&st, &p, &me(3, true), None, &t).unwrap();
+                release(&st, &p, &g, 3).unwrap();
+            }
+            // Ticket 4 (slot 0): a writer, lapped behind the long read.
+            let crate::core::Taken::Queued(w4, _) = crate::core::take(&st, &p, &me(2, false))
+            else {
+                panic!("no ticket")
+            };
+            assert_eq!(w4, 4);
+            let mut watch = Watch::default();
+            assert!(matches!(
+                crate::core::publish_once(&st, &p, w4, &me(2, false), None, &t, &mut watch),
+                Ok(crate::core::Look::Lapped)
+            ));
+            if dies {
+                p.set_dead(2, true);
+            } else {
+                assert_eq!(
+                    crate::core::give_up_lapped(&st, &p, w4, 2),
+                    crate::core::LappedGiveUp::Gone
+                );
+            }
+            for i in 0..200 {
+                let g = lock(&st, &p, &me(3, true), in_ms(&p, 200), &t).unwrap_or_else(|e| {
+                    panic!(
+                        "writer dies {dies}: read {i} (next ticket {}): {e:?}",
+                        st.next_ticket()
+                    )
+                });
+                release(&st, &p, &g, 3).unwrap();
+            }
+        }
     }
 
     /// A read held while thousands of others come and go on a 2-slot file: every walk and
