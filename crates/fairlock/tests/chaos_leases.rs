@@ -225,7 +225,8 @@ fn run_worker(r: &str) {
     }
 }
 
-/// The two slots' words and lapped-taker records, read from the file (for a stall report).
+/// The two slots' words, given-up words, lease deadlines and lapped-taker records, read from
+/// the file (for a stall report).
 fn raw_slots(path: &std::path::Path) -> String {
     let Ok(b) = std::fs::read(path) else {
         return String::new();
@@ -243,11 +244,11 @@ fn raw_slots(path: &std::path::Path) -> String {
     let slot = |i: usize| {
         let at = so + 64 * i;
         format!(
-            "slot {i}: {} lapped [{} {} {}]",
+            "slot {i}: {} given-up {:#x} deadline {:#x} lapped {:#x}",
             w(u(at)),
-            w(u(at + 40)),
-            w(u(at + 48)),
-            w(u(at + 56))
+            u(at + 40),
+            u(at + 48),
+            u(at + 56)
         )
     };
     format!("next {} head {}; {}; {}", u(64), u(128), slot(0), slot(1))

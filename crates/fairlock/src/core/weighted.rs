@@ -197,7 +197,7 @@ fn raise_front(st: &LockState<'_>, t: u64) {
 }
 
 /// Grants every waiting ticket that fits, in ticket order, from `head` (or `front`: see
-/// [`start`]); see the module notes. Anyone may run it at any time; it is how a weighted lock's
+/// `start`); see the module notes. Anyone may run it at any time; it is how a weighted lock's
 /// release, abandonment, recovery and publication pass the lock on.
 pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
     // SeqCst: the store-load fence with the caller's write just before (a release's `Done`, a
@@ -237,7 +237,7 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 h = h.wrapping_add(1);
                 continue;
             }
-            LapRelation::Previous if state.is_final() => {
+            LapRelation::Previous | LapRelation::Behind if free_for(st, h, w) => {
                 // Taken (maybe) but not published: nobody behind it may go first. A lapped
                 // taker that gave up or died is passed at once (`recover` passes one that
                 // stays unpublished for the grace).
@@ -417,7 +417,7 @@ pub fn recover<P: Platform>(
                 h = h.wrapping_add(1);
                 continue;
             }
-            LapRelation::Previous if state.is_final() => {
+            LapRelation::Previous | LapRelation::Behind if free_for(st, h, w) => {
                 // Taken, not published. Its taker publishes within nanoseconds unless it died
                 // or stalls; after the grace (or at once, if its lapped record says it gave up
                 // or died) the ticket is skipped, and a stalled taker takes another.
@@ -474,6 +474,25 @@ pub fn recover<P: Platform>(
     }
     advance(st, p);
     if busy { Ahead::Busy } else { Ahead::Clear }
+}
+
+/// Whether ticket `h`'s slot is free for it, the word `w` an earlier lap's and final: the
+/// previous lap's, or one several laps back all of whose later laps before `h`'s were given up
+/// (retaken beside a long-held share; nobody writes their `Skipped` when walks start at
+/// `front`: see [`start`]). Then `h` is unpublished, not lapped: it may publish now, and is
+/// passed after the grace if its taker never does (one killed with no `lapped` entry kept
+/// every walk at it for good while the slot's word stayed behind: found by the soak test).
+fn free_for(st: &LockState<'_>, h: u64, w: Word) -> bool {
+    if !w.state().is_some_and(State::is_final) {
+        return false;
+    }
+    match relate(w.lap(), st.lap(h)) {
+        LapRelation::Previous => true,
+        LapRelation::Behind => {
+            super::given_up::all_given_up_between(st.slot(h), w.lap(), st.lap(h))
+        }
+        _ => false,
+    }
 }
 
 /// Whether lapped ticket `h` (its slot still an earlier lap's word) will never be published:
@@ -637,6 +656,43 @@ mod tests {
                 release(&st, &p, &g, 3).unwrap();
             }
         }
+    }
+
+    /// A long read ends after its slot's later laps were all retaken (given up, their words
+    /// never written: walks start at `front`); then a taker of that slot's next lap is killed
+    /// between its ticket and its publication. The slot's word is several laps behind, final,
+    /// every lap in between given up: the ticket is unpublished, not lapped, and is passed after
+    /// the grace — a reader after it gets in. (It was taken for a lapped one, and every walk
+    /// stopped at it for good: found by the soak test.)
+    #[test]
+    fn a_dead_taker_behind_retaken_laps_is_passed_after_the_grace() {
+        use crate::core::weighted_test_support::{in_ms, ticking};
+        let o = OwnedState::of_kind(4, 8, RecordKind::RWLOCK);
+        let st = o.view();
+        let p = ticking();
+        let t = Tuning::default();
+        let long = lock(&st, &p, &me(1, true), None, &t).unwrap(); // ticket 0, slot 0
+        for _ in 0..40 {
+            let g = lock(&st, &p, &me(3, true), None, &t).unwrap();
+            release(&st, &p, &g, 3).unwrap();
+        }
+        release(&st, &p, &long, 1).unwrap();
+        // Takers killed between their ticket and their publication, until one of slot 0.
+        loop {
+            let dead = st.take_ticket();
+            if dead.is_multiple_of(4) {
+                let w = Word(st.slot(dead).word.load(Relaxed));
+                assert_eq!(
+                    relate(w.lap(), st.lap(dead)),
+                    LapRelation::Behind,
+                    "slot 0's word is laps behind ticket {dead}"
+                );
+                break;
+            }
+        }
+        let g = lock(&st, &p, &me(4, true), in_ms(&p, 2_000), &t)
+            .expect("a reader after the dead taker, once its grace passed");
+        release(&st, &p, &g, 4).unwrap();
     }
 
     /// A read held while thousands of others come and go on a 2-slot file: every walk and
