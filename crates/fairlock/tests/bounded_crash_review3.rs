@@ -53,6 +53,9 @@ fn killed_at(test: &str, point: &str, told: bool) {
     );
     for round in 0..200 {
         let g = lock.lock().unwrap();
+        // The barger may also die barging into the lock between two rounds (nobody waiting):
+        // then this grant is the first after its death, and is the one told.
+        let first_told = g.owner_died();
         let l2 = lock.clone();
         let b = std::thread::spawn(move || {
             let t0 = Instant::now();
@@ -64,9 +67,11 @@ fn killed_at(test: &str, point: &str, told: bool) {
         drop(g);
         let (died, took) = b.join().unwrap();
         if child.poll() {
-            eprintln!("round {round}: barger dead; waiter died={died} took {took:?}");
+            eprintln!(
+                "round {round}: barger dead; holder told={first_told}, waiter died={died} took {took:?}"
+            );
             assert!(
-                died || !told,
+                died || first_told || !told,
                 "the grantee behind a barger killed at {point} was not told"
             );
             assert!(took < Duration::from_secs(2), "took {took:?}");

@@ -5,6 +5,9 @@
 //! and the idle lock must be taken at once (within 100 ms), for 2, 16 and 256 slots, exclusive
 //! and reader/writer. (A lock once stalled here for hours: each ticket given up while lapped
 //! beyond a few side records cost a 50 ms grace, and pollers make them far faster than that.)
+//!
+//! Each case prints how many polls there were and how long the idle lock took (`--nocapture`);
+//! `FL_POLL_MS` sets how long the pollers poll (300 ms by default).
 
 mod common;
 
@@ -15,8 +18,13 @@ use std::time::{Duration, Instant};
 use common::{Gate, TempDir, Worker, role, wait_all};
 use fairlock::{Error, FairLock, FairRwLock};
 
-/// How long the pollers poll.
-const POLL_FOR: Duration = Duration::from_millis(300);
+/// How long the pollers poll: `FL_POLL_MS`, or 300 ms.
+fn poll_for() -> Duration {
+    let ms = std::env::var("FL_POLL_MS")
+        .ok()
+        .map_or(300, |v| v.parse().expect("FL_POLL_MS: milliseconds"));
+    Duration::from_millis(ms)
+}
 /// The longest the idle lock may take afterwards.
 const IDLE_WITHIN: Duration = Duration::from_millis(100);
 /// Pollers per case.
@@ -63,12 +71,13 @@ impl Lock {
         }
     }
 
-    /// One poll: a zero timeout or one of up to 2 ms (readers too, on a reader/writer lock).
+    /// One poll: a zero timeout, one of up to 50 µs or one of up to 2 ms (readers too, on a
+    /// reader/writer lock). Every nonzero one takes a ticket and gives it up.
     fn poll(&self, i: u64) -> Result<(), Error> {
-        let d = if i.is_multiple_of(2) {
-            Duration::ZERO
-        } else {
-            Duration::from_micros(i % 2_000)
+        let d = match i % 4 {
+            0 => Duration::ZERO,
+            1 | 3 => Duration::from_micros(1 + i % 50),
+            _ => Duration::from_micros(i % 2_000),
         };
         match self {
             Lock::Exclusive(l) => l.lock_timeout(d).map(drop),
@@ -128,7 +137,7 @@ fn storm(kind: Kind, slots: u32, pollers: Pollers, test: &str) -> (u64, Duration
     let polls = match pollers {
         Pollers::Threads => {
             let total = Arc::new(AtomicU64::new(0));
-            let until = Instant::now() + POLL_FOR;
+            let until = Instant::now() + poll_for();
             let threads: Vec<_> = (0..POLLERS)
                 .map(|_| {
                     let (lock, total) = (lock.clone(), total.clone());
@@ -158,13 +167,24 @@ fn storm(kind: Kind, slots: u32, pollers: Pollers, test: &str) -> (u64, Duration
                             ("FL_GATE", gate_path.display().to_string()),
                             ("FL_KIND", format!("{kind:?}")),
                             ("FL_SLOTS", slots.to_string()),
+                            (
+                                "FL_COUNT",
+                                dir.join(&format!("polls-{i}")).display().to_string(),
+                            ),
                         ],
                     )
                 })
                 .collect();
             gate.open_when_arrived(POLLERS as u64, &mut workers);
             wait_all(&mut workers, Duration::from_secs(60));
-            0
+            (0..POLLERS)
+                .map(|i| {
+                    let n = std::fs::read_to_string(dir.join(&format!("polls-{i}")));
+                    n.expect("a poller's count")
+                        .parse::<u64>()
+                        .expect("a count")
+                })
+                .sum()
         }
     };
     stop.store(true, SeqCst);
@@ -176,7 +196,7 @@ fn storm(kind: Kind, slots: u32, pollers: Pollers, test: &str) -> (u64, Duration
     (polls, started.elapsed())
 }
 
-/// A poller process: polls for `POLL_FOR` behind the parent's holder.
+/// A poller process: polls for `poll_for()` behind the parent's holder; writes its count.
 fn poller_process() {
     let kind = match common::env("FL_KIND").as_str() {
         "Exclusive" => Kind::Exclusive,
@@ -189,8 +209,9 @@ fn poller_process() {
     );
     let gate = Gate::open(common::env("FL_GATE").as_ref());
     gate.arrive_and_wait();
-    let until = Instant::now() + POLL_FOR;
-    poll_until(&lock, || Instant::now() >= until);
+    let until = Instant::now() + poll_for();
+    let n = poll_until(&lock, || Instant::now() >= until);
+    std::fs::write(common::env("FL_COUNT"), n.to_string()).expect("write the count");
 }
 
 fn run(kind: Kind, pollers: Pollers, test: &str) {
@@ -200,6 +221,9 @@ fn run(kind: Kind, pollers: Pollers, test: &str) {
     }
     for slots in [2, 16, 256] {
         let (polls, took) = storm(kind, slots, pollers, test);
+        eprintln!(
+            "[polling] {kind:?}, {slots} slots, {pollers:?}: {polls} polls, idle lock taken in {took:?}"
+        );
         assert!(
             took < IDLE_WITHIN,
             "{kind:?}, {slots} slots, {pollers:?}: the idle lock took {took:?} after {polls} polls"
@@ -255,7 +279,7 @@ fn twenty_short_timeouts_against_two_lockers() {
                 .open(dir.join("lock"))
                 .expect("open"),
         );
-        let until = Instant::now() + POLL_FOR;
+        let until = Instant::now() + poll_for();
         let won = Arc::new(AtomicU64::new(0));
         let mut threads = Vec::new();
         for i in 0..22u64 {
@@ -290,6 +314,10 @@ fn twenty_short_timeouts_against_two_lockers() {
             .expect("idle lock");
         let took = started.elapsed();
         drop(g);
+        eprintln!(
+            "[polling] 20 short timeouts against 2 lockers, {slots} slots: {} polls won, idle lock taken in {took:?}",
+            won.load(SeqCst)
+        );
         assert!(
             took < IDLE_WITHIN,
             "{slots} slots: the idle lock took {took:?} ({} polls won)",
