@@ -861,6 +861,15 @@ fn weighted_world(kind: RecordKind) -> Arc<World> {
     })
 }
 
+/// A reader/writer world of `slots` slots and `participants` participant entries.
+fn weighted_world_of(slots: u32, participants: u32) -> Arc<World> {
+    Arc::new(World {
+        st: OwnedState::of_kind(slots, participants, RecordKind::RWLOCK),
+        p: ModelPlatform::new(1),
+        log: UnsafeCell::new(Vec::new()),
+    })
+}
+
 fn shared_me(participant: u32, shared: bool) -> Me {
     Me {
         shared,
@@ -1110,5 +1119,169 @@ fn leased_and_fast_takers_race_for_a_free_lock() {
         let st = w.view();
         let lw = st.lock_word(Acquire);
         assert!(!lw.held() && !lw.queued(), "{lw:?}");
+    });
+}
+
+/// A walk reads a lapped writer's slot (still the long read's word), is preempted, and then
+/// looks at the slot's given-up word: meanwhile the read ended, the writer published and was
+/// granted, and a later taker of that slot gave up — its `give_up` rebased the word's base onto
+/// the writer's lap and absorbed its own, so the writer's lap reads as given up. The walk must
+/// not pass the writer on that stale look (it passed it and granted the reader behind it too).
+#[test]
+fn a_stale_lapped_look_never_passes_a_published_writer() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let w = weighted_world_of(2, 8);
+        let (long, x, y, z) = {
+            let st = w.view();
+            let p = &w.p;
+            let long = lock(&st, p, &shared_me(1, true), None, &tuning()).expect("long read");
+            let r = lock(&st, p, &shared_me(2, true), None, &tuning()).expect("read");
+            release(&st, p, &r, 2).unwrap();
+            let Taken::Queued(x, _) = take(&st, p, &shared_me(3, false)) else {
+                panic!("no ticket")
+            };
+            assert_eq!(x, 2);
+            let mut watch = Watch::default();
+            assert!(matches!(
+                publish_once(&st, p, x, &shared_me(3, false), None, &tuning(), &mut watch),
+                Ok(Look::Lapped)
+            ));
+            let y = enqueue(&st, p, &shared_me(4, true));
+            assert_eq!(y, 3);
+            let Taken::Queued(z, _) = take(&st, p, &shared_me(5, false)) else {
+                panic!("no ticket")
+            };
+            assert_eq!(z, 4);
+            (long, x, y, z)
+        };
+        let walker = {
+            let w = w.clone();
+            thread::spawn(move || advance(&w.view(), &w.p, 0, false))
+        };
+        let others = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let st = w.view();
+                release(&st, &w.p, &long, 1).expect("release");
+                let mut watch = Watch::default();
+                let r = publish_once(
+                    &st,
+                    &w.p,
+                    x,
+                    &shared_me(3, false),
+                    None,
+                    &tuning(),
+                    &mut watch,
+                );
+                assert!(matches!(r, Ok(Look::Done(Published::Waiting(_)))));
+                give_up_lapped(&st, &w.p, z, 5);
+            })
+        };
+        walker.join().unwrap();
+        others.join().unwrap();
+        let (sx, sy) = (w.state_of(x), w.state_of(y));
+        assert!(
+            !(sx == Some(State::Granted) && sy == Some(State::Granted)),
+            "writer {x} and reader {y} both granted: {sx:?} {sy:?}"
+        );
+    });
+}
+
+/// The same stale look when walks start at `front` (a read held across more than `N`
+/// tickets): the walk passed a published writer that still waited (a live reader holds),
+/// granted the readers behind it and raised `front` past it; once everyone ahead had left, the
+/// writer was still not granted. It must be.
+#[test]
+fn a_stale_lapped_look_never_strands_a_waiting_writer_before_front() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let w = weighted_world_of(4, 16);
+        let (long, r2, x, later) = {
+            let st = w.view();
+            let p = &w.p;
+            let long = lock(&st, p, &shared_me(1, true), None, &tuning()).expect("long read");
+            while st.next_ticket() < 8 || st.next_ticket() % 4 != 3 {
+                let r = lock(&st, p, &shared_me(2, true), None, &tuning()).expect("read");
+                release(&st, p, &r, 2).unwrap();
+            }
+            let h = st.header();
+            let (head, front) = (h.head.load(Acquire), h.front.load(Acquire));
+            assert!(
+                front.wrapping_sub(head) > 4,
+                "head {head} front {front}: not far"
+            );
+            let r2 = lock(&st, p, &shared_me(3, true), None, &tuning()).expect("r2");
+            assert_eq!(r2.ticket % 4, 3);
+            let Taken::Queued(x, _) = take(&st, p, &shared_me(4, false)) else {
+                panic!("no ticket")
+            };
+            assert_eq!(x % 4, 0);
+            let mut watch = Watch::default();
+            assert!(matches!(
+                publish_once(&st, p, x, &shared_me(4, false), None, &tuning(), &mut watch),
+                Ok(Look::Lapped)
+            ));
+            let y1 = enqueue(&st, p, &shared_me(5, true));
+            let y2 = enqueue(&st, p, &shared_me(6, true));
+            assert_eq!((y1 % 4, y2 % 4), (1, 2));
+            let Taken::Queued(v, _) = take(&st, p, &shared_me(7, false)) else {
+                panic!("no ticket")
+            };
+            let Taken::Queued(z, _) = take(&st, p, &shared_me(8, false)) else {
+                panic!("no ticket")
+            };
+            assert_eq!((v % 4, z % 4), (3, 0));
+            (long, r2, x, [y1, y2, v, z])
+        };
+        let [y1, y2, v, z] = later;
+        let walker = {
+            let w = w.clone();
+            thread::spawn(move || advance(&w.view(), &w.p, 0, false))
+        };
+        let others = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let st = w.view();
+                release(&st, &w.p, &long, 1).expect("release");
+                let mut watch = Watch::default();
+                let r = publish_once(
+                    &st,
+                    &w.p,
+                    x,
+                    &shared_me(4, false),
+                    None,
+                    &tuning(),
+                    &mut watch,
+                );
+                assert!(matches!(r, Ok(Look::Done(Published::Waiting(_)))));
+                give_up_lapped(&st, &w.p, z, 8);
+            })
+        };
+        walker.join().unwrap();
+        others.join().unwrap();
+        let st = w.view();
+        let p = &w.p;
+        release(&st, p, &r2, 3).expect("r2 releases");
+        give_up_lapped(&st, p, v, 7);
+        for (t, who) in [(y1, 5), (y2, 6)] {
+            if let Ok(Claim::Held(g)) = claim_granted(&st, p, t, &shared_me(who, true)) {
+                release(&st, p, &g, who).unwrap();
+            }
+        }
+        let mut watch = Watch::default();
+        for _ in 0..3 {
+            recover(&st, p, x, &mut watch, &tuning());
+        }
+        let h = st.header();
+        assert_eq!(
+            w.state_of(x),
+            Some(State::Granted),
+            "writer {x} never granted once everyone ahead left (head {}, front {})",
+            h.head.load(Acquire),
+            h.front.load(Acquire)
+        );
     });
 }

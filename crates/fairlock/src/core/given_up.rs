@@ -32,8 +32,14 @@
 //! fence) looks at the slot word; a walk that comes to the ticket pre-grants it (`Ready`), then
 //! (after a `SeqCst` fence) looks at the bit. One of the two sees the other's write: the taker
 //! finds its pre-grant and passes it itself, or the walk finds the bit and passes the ticket.
-//! A bit is written only by the ticket's own taker, after taking the ticket and after its last
-//! look at the word, so a live taker that did not give up is never passed.
+//! A bit is written by the ticket's own taker, after taking the ticket and after its last look
+//! at the word — or, for a taker whose `lapped` entry names a dead process, by a walk on its
+//! behalf — so a live taker that did not give up is never passed. `covers` counts every lap up
+//! to `base` as given up, and a rebase moves `base` onto the slot word's lap: so a lap reads as
+//! given up once its ticket published, too. Whoever passes a ticket on its bit without writing
+//! its slot must check that the slot still shows the earlier lap's word it read
+//! (`weighted::lapped_gone`); a pre-grant (`Ready`) or a `Skipped` written by CAS checks it by
+//! the CAS.
 
 use super::layout::{LockState, Slot};
 use super::word::{LAP_BITS, LapRelation, State, Word, relate};

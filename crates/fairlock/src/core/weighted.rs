@@ -130,7 +130,9 @@ pub(crate) fn count_replaced_news(st: &LockState<'_>, prev: Word) {
 struct Start {
     at: u64,
     front: Front,
-    far: bool,
+    /// Started at `front`: where `head` may go — the oldest grant counted before `at`, or `at`
+    /// if there is none (every ticket before it is final or given up, its news collected).
+    far: Option<u64>,
 }
 
 fn start(st: &LockState<'_>) -> Start {
@@ -140,46 +142,63 @@ fn start(st: &LockState<'_>) -> Start {
     let head = hdr.head.load(Acquire);
     // Acquire: pairs with the Release raise of `front` (`raise_front`).
     let hint = hdr.front.load(Acquire);
-    if before(head, hint) && hint.wrapping_sub(head) > st.slot_count() {
-        Start {
+    let far = before(head, hint) && hint.wrapping_sub(head) > st.slot_count();
+    match far.then(|| holders_before(st, hint)).flatten() {
+        Some((front, oldest)) => Start {
             at: hint,
-            front: holders_before(st, hint),
-            far: true,
-        }
-    } else {
-        Start {
+            front,
+            far: Some(oldest.unwrap_or(hint)),
+        },
+        None => Start {
             at: head,
             front: Front::default(),
-            far: false,
-        }
+            far: None,
+        },
     }
 }
 
 /// The grants before ticket `at` (every ticket before it final or granted), counted from the
-/// slot words: a grant's word stays in its slot until it ends. A grant that ends while we
-/// count may still be counted (conservative: a walk may then grant a little later). The news
-/// of a death a word before `at` tells (a holder revoked there) is collected on the way, as a
-/// walk from `head` would collect it passing that word — no walk from `front` comes there.
-fn holders_before(st: &LockState<'_>, at: u64) -> Front {
-    let next = st.next_ticket();
+/// slot words: a grant's word stays in its slot until it ends; and the oldest of them. A grant
+/// that ends while we count may still be counted (conservative: a walk may then grant a little
+/// later). The news of a death a word before `at` tells (a holder revoked there) is collected
+/// on the way, as a walk from `head` would collect it passing that word — no walk from `front`
+/// comes there. So every ticket before the oldest grant is final or given up and its news
+/// collected: `head` may go there (else it stayed at a long share for good once the share
+/// ended, and every walk kept counting the slots). `None` if a word before `at` waits, which
+/// `front`'s promise rules out: the caller then walks from `head`, which passes nothing.
+fn holders_before(st: &LockState<'_>, at: u64) -> Option<(Front, Option<u64>)> {
     let mut front = Front::default();
+    let mut oldest: Option<u64> = None;
     for i in 0..st.slot_count() {
         for _ in 0..4 {
             // Acquire: as the walk loads words.
             let w = Word(st.slot(i).word.load(Acquire));
-            let t = ticket_of(w.lap(), i, st.slot_shift(), next);
+            let t = word_ticket(st, i, w);
             if !before(t, at) {
                 break;
             }
             if matches!(w.state(), Some(State::Granted | State::Held)) {
                 front.count(w);
+                if oldest.is_none_or(|o| before(t, o)) {
+                    oldest = Some(t);
+                }
+            } else if matches!(w.state(), Some(State::Waiting | State::Sleeping) | None) {
+                return None;
             } else if is_news(w) && !collect_news(st, t, w) {
                 continue; // changed under us: look again
             }
             break;
         }
     }
-    front
+    Some((front, oldest))
+}
+
+/// The ticket whose word `w` slot `i` holds, `w` loaded (`Acquire`) just before: the counter is
+/// read after the word, so it is past that ticket (its taker took it before writing the word,
+/// which our load synchronised with). Read before the word, a word of the next lap written
+/// in between would name a ticket 2^44 laps back.
+fn word_ticket(st: &LockState<'_>, i: u64, w: Word) -> u64 {
+    ticket_of(w.lap(), i, st.slot_shift(), st.next_ticket())
 }
 
 /// Raises the header's `front` to `t` unless it is already there or beyond (monotone, like
@@ -259,11 +278,12 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 // `head` stays at it, and the walk that finds the slot free writes its
                 // `Skipped` (the branch above).
                 unfinished.get_or_insert(h);
-                if lapped_gone(st, p, h) {
-                    h = h.wrapping_add(1);
-                    continue;
+                match lapped_gone(st, p, h, w) {
+                    Lapped::Gone => h = h.wrapping_add(1),
+                    Lapped::Changed => {} // look again
+                    Lapped::Live => break,
                 }
-                break;
+                continue;
             }
         }
         match state {
@@ -323,11 +343,9 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
         }
     }
     // `head` goes up to the first ticket not known to be final, else to where the walk ended
-    // (not when it started at `front`: what lies before that is not known final); `front` to
+    // (when it started at `front`: to the oldest grant before it, or to `front`); `front` to
     // where the walk ended, the first ticket it could not grant.
-    if !far {
-        raise_head(st, unfinished.unwrap_or(h));
-    }
+    raise_head(st, far.unwrap_or_else(|| unfinished.unwrap_or(h)));
     raise_front(st, h);
 }
 
@@ -345,13 +363,20 @@ pub fn admits<P: Platform>(st: &LockState<'_>, p: &P, me: u64, shared: bool) -> 
             return front.admits(shared, st.capacity());
         }
         let slot = st.slot(h);
+        // Acquire: as in `advance`.
         let w = Word(slot.word.load(Acquire));
         match (relate(w.lap(), st.lap(h)), w.state()) {
             (LapRelation::Later, _) => {}
             (LapRelation::Same, Some(s)) if s.is_final() => {}
             (LapRelation::Same, Some(State::Granted | State::Held)) => front.count(w),
             // Given up (or dead) and passed by every walk, as `advance` does.
-            (LapRelation::Previous | LapRelation::Behind, Some(_)) if lapped_gone(st, p, h) => {}
+            (LapRelation::Previous | LapRelation::Behind, Some(_)) => {
+                match lapped_gone(st, p, h, w) {
+                    Lapped::Gone => {}
+                    Lapped::Changed => continue, // look again
+                    Lapped::Live => return false,
+                }
+            }
             _ => return false,
         }
         h = h.wrapping_add(1);
@@ -373,9 +398,8 @@ pub fn recover<P: Platform>(
 ) -> Ahead {
     let Start { at, far, .. } = start(st);
     let mut busy = false;
-    if far {
+    if far.is_some() {
         // The grants before `front` are slot words (see `start`): look at each of them.
-        let next = st.next_ticket();
         for i in 0..st.slot_count() {
             for _ in 0..4 {
                 // Acquire: as in `advance`.
@@ -383,7 +407,7 @@ pub fn recover<P: Platform>(
                 if !matches!(w.state(), Some(State::Granted | State::Held)) {
                     break;
                 }
-                let t = ticket_of(w.lap(), i, st.slot_shift(), next);
+                let t = word_ticket(st, i, w);
                 if !before(t, at) || !before(t, me) {
                     break;
                 }
@@ -440,12 +464,15 @@ pub fn recover<P: Platform>(
             LapRelation::Previous | LapRelation::Behind => {
                 // Its slot is still used by an earlier lap. A taker that gave up (or died)
                 // there is passed, as `advance` does; a live one waits for its slot.
-                if lapped_gone(st, p, h) {
-                    h = h.wrapping_add(1);
-                    continue;
+                match lapped_gone(st, p, h, w) {
+                    Lapped::Gone => h = h.wrapping_add(1),
+                    Lapped::Changed => {} // look again
+                    Lapped::Live => {
+                        advance(st, p);
+                        return Ahead::Busy;
+                    }
                 }
-                advance(st, p);
-                return Ahead::Busy;
+                continue;
             }
             LapRelation::Same => {}
         }
@@ -495,23 +522,47 @@ fn free_for(st: &LockState<'_>, h: u64, w: Word) -> bool {
     }
 }
 
-/// Whether lapped ticket `h` (its slot still an earlier lap's word) will never be published:
-/// its taker gave up (its bit), or its `lapped` entry names a dead process — whose bit is then
-/// set on its behalf (it will never look again), so that the slot's given-up word can absorb
-/// the laps after it. (Passed without a bit, a dead writer behind a long-held read kept the
-/// word from absorbing the readers' retaken laps behind it: after 20 of them nobody could take
-/// a ticket until the read ended. Review finding.)
-fn lapped_gone<P: Platform>(st: &LockState<'_>, p: &P, h: u64) -> bool {
+/// What [`lapped_gone`] found.
+enum Lapped {
+    /// Given up, or its taker dead: pass it.
+    Gone,
+    /// Its taker lives and may still publish: wait for it.
+    Live,
+    /// The slot's word is no longer the one the caller read: look again.
+    Changed,
+}
+
+/// Whether lapped ticket `h` (its slot showing `w`, an earlier lap's word, when the caller
+/// looked) will never be published: its taker gave up (its bit), or its `lapped` entry names a
+/// dead process — whose bit is then set on its behalf (it will never look again), so that the
+/// slot's given-up word can absorb the laps after it. (Passed without a bit, a dead writer
+/// behind a long-held read kept the word from absorbing the readers' retaken laps behind it:
+/// after 20 of them nobody could take a ticket until the read ended.)
+///
+/// The given-up word counts every lap up to its base as given up, and a later lap's give-up
+/// rebases it onto the slot word's lap: once `h` published, a give-up behind it makes `h`'s
+/// own lap read as given up. So `h` is passed only if its slot still shows `w` — a word of an
+/// earlier lap never comes back once the slot moved on. (Read from a stale `w`, a walk passed
+/// a writer that had published and been granted, and granted the reader behind it too.)
+fn lapped_gone<P: Platform>(st: &LockState<'_>, p: &P, h: u64, w: Word) -> Lapped {
     let slot = st.slot(h);
     let lap = st.lap(h);
-    if super::given_up::given_up(slot, lap) {
-        return true;
+    let gone = super::given_up::given_up(slot, lap)
+        || (lapped::dead(slot, lap, p) && {
+            let _ = super::given_up::give_up(st, h);
+            true
+        });
+    if !gone {
+        return Lapped::Live;
     }
-    if lapped::dead(slot, lap, p) {
-        let _ = super::given_up::give_up(st, h);
-        return true;
+    // Acquire: pairs with the Release write that moved the slot on (a publication). The
+    // given-up word was loaded (Acquire) before this; if it read a rebase's AcqRel CAS, that
+    // CAS came after the rebaser saw the slot at `h`'s lap, so this load sees the word moved.
+    if Word(slot.word.load(Acquire)) == w {
+        Lapped::Gone
+    } else {
+        Lapped::Changed
     }
-    false
 }
 
 /// What [`fix_holder`] found.
@@ -693,6 +744,38 @@ mod tests {
         let g = lock(&st, &p, &me(4, true), in_ms(&p, 2_000), &t)
             .expect("a reader after the dead taker, once its grace passed");
         release(&st, &p, &g, 4).unwrap();
+    }
+
+    /// A read held across more than `N` tickets makes walks start at `front`; once it ends,
+    /// `head` catches up and walks step from it again. (It stayed at the ended read for good:
+    /// every later lock and release counted every slot, and `status` stepped from there.)
+    #[test]
+    fn head_catches_up_once_the_long_read_ended() {
+        let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);
+        let st = o.view();
+        let p = crate::core::model::ModelPlatform::new(1);
+        let t = Tuning::default();
+        let long = lock(&st, &p, &me(1, true), None, &t).unwrap();
+        for _ in 0..100 {
+            let g = lock(&st, &p, &me(2, true), None, &t).unwrap();
+            release(&st, &p, &g, 2).unwrap();
+        }
+        let head = st.header().head.load(Relaxed);
+        assert_eq!(head, 0, "head stays at the long read while it is held");
+        release(&st, &p, &long, 1).unwrap();
+        for _ in 0..10 {
+            let g = lock(&st, &p, &me(2, true), None, &t).unwrap();
+            release(&st, &p, &g, 2).unwrap();
+        }
+        let (head, front, next) = (
+            st.header().head.load(Relaxed),
+            st.header().front.load(Relaxed),
+            st.next_ticket(),
+        );
+        assert!(
+            next.wrapping_sub(head) <= st.slot_count(),
+            "head {head}, front {front}, next {next}: walks still start at front"
+        );
     }
 
     /// A read held while thousands of others come and go on a 2-slot file: every walk and
