@@ -219,6 +219,9 @@ fn main() {
     if run("semaphore") {
         shared_kinds::semaphore(&ctx);
     }
+    if run("uncontended-shared") {
+        shared_kinds::uncontended_shared(&ctx);
+    }
     if run("names") {
         names::names(&ctx);
     }

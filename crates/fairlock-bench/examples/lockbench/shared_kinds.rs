@@ -574,3 +574,96 @@ pub fn semaphore(ctx: &Ctx) {
     println!("{}", ratio_table(&names, &ops, "ops/s"));
     println!("{}", ratio_table(&names, &longest, "longest wait"));
 }
+
+/// One thread: `f` (one acquire and release) in a loop for `dur` ns; ns per call.
+fn per_call(dur: u64, f: &mut dyn FnMut()) -> f64 {
+    for _ in 0..10_000 {
+        f();
+    }
+    let start = now_ns();
+    let mut n = 0u64;
+    loop {
+        for _ in 0..1000 {
+            f();
+        }
+        n += 1000;
+        let t = now_ns();
+        if t - start >= dur {
+            return (t - start) as f64 / n as f64;
+        }
+    }
+}
+
+/// Uncontended shared kinds: one thread reads (or writes, or takes a permit) and releases, on
+/// `FairRwLock` and `FairSemaphore` and their peers, interleaved rounds (ABBA).
+pub fn uncontended_shared(ctx: &Ctx) {
+    eprintln!("uncontended shared kinds ...");
+    let rw = FairRw::create(&ctx.path("us-fair-rw"));
+    let prw = PthreadRw::create(&ctx.path("us-pthread-rw"));
+    let sem = FairSem::create(&ctx.path("us-fair-sem"), 2);
+    let psem = PosixSem::create(&ctx.path("us-posix-sem"), 2);
+    let names = [
+        "fairlock read",
+        "fairlock write",
+        "pthread_rwlock read",
+        "pthread_rwlock write",
+        "fairlock FairSemaphore(2)",
+        "POSIX sem_open(2)",
+    ];
+    let mut res: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let dur = ctx.plan.uncontended_ns;
+    let rounds = ctx.plan.rounds * 2;
+    for r in 0..rounds {
+        for k in crate::order(&[0usize, 1, 2, 3, 4, 5], r) {
+            let mut nothing = || {};
+            let v = match k {
+                0 => per_call(dur, &mut || {
+                    let _ = rw.with(false, &mut nothing);
+                }),
+                1 => per_call(dur, &mut || {
+                    let _ = rw.with(true, &mut nothing);
+                }),
+                2 => per_call(dur, &mut || {
+                    let _ = prw.with(false, &mut nothing);
+                }),
+                3 => per_call(dur, &mut || {
+                    let _ = prw.with(true, &mut nothing);
+                }),
+                4 => per_call(dur, &mut || {
+                    let _ = sem.with(&mut nothing);
+                }),
+                _ => per_call(dur, &mut || {
+                    let _ = psem.with(&mut nothing);
+                }),
+            };
+            res[k].push(v);
+        }
+    }
+    let med: Vec<f64> = res.iter().map(|v| median(v)).collect();
+    println!("## Uncontended shared kinds (one thread)\n");
+    println!(
+        "Median of {rounds} interleaved rounds (ABBA) of {} ms each; min and max of the rounds \
+         in brackets.\n",
+        dur / 1_000_000
+    );
+    let rows: Vec<Vec<String>> = names
+        .iter()
+        .zip(&res)
+        .zip(&med)
+        .map(|((n, v), m)| {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            vec![
+                n.to_string(),
+                format!("{m:.1} ns"),
+                format!("[{lo:.1} – {hi:.1}]"),
+            ]
+        })
+        .collect();
+    let head: Vec<String> = ["competitor", "ns / (acquire + release)", "range"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    println!("{}", table(&head, &rows));
+    println!("{}", ratio_table(&names, &med, "time"));
+}

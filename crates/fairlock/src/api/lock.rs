@@ -396,14 +396,12 @@ impl FairLock {
         // The uncontended path (see `core::lock`, of which this is the inlined first step):
         // one CAS on the lock word.
         let beacon = if self.beacon_hints { beacon } else { 0 };
-        let fast = match self.lease_ms {
-            None => core::try_fast(&sh.state(), sh.participant, beacon),
-            Some(_) => None,
-        };
-        let g = match fast {
-            Some(g) => g,
-            None => self.contended(sh, tid, deadline, stop)?,
-        };
+        if self.lease_ms.is_none()
+            && let Some(g) = core::try_fast(&sh.state(), sh.participant, beacon)
+        {
+            return Ok(self.held_unleased(sh, tid, g));
+        }
+        let g = self.contended(sh, tid, deadline, stop)?;
         Ok(self.held(sh, tid, g))
     }
 
@@ -549,23 +547,31 @@ impl FairLock {
 
     #[inline]
     fn held<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
-        let meta = Hold::meta(self.lease_ms, &g, self.kept_on_exit);
         if self.lease_ms.is_some() {
             // A leased grant may be taken over while we live: kept per thread, not in `Hold`
             // (see `thread_leases`) — unless it is held for a descriptor (the fd form).
             if self.per_thread {
+                let meta = Hold::meta(self.lease_ms, &g, self.kept_on_exit);
                 thread_leases::record(sh, g.ticket, meta);
             }
             return LockGuard::new(sh, g, tid, self.lease_ms);
         }
+        self.held_unleased(sh, tid, g)
+    }
+
+    /// An unleased grant: its thread in `Hold`.
+    #[inline]
+    fn held_unleased<'a>(&'a self, sh: &'a Shared, tid: u32, g: Grant) -> LockGuard<'a> {
         // Relaxed: these are read back only by this thread (see `Hold::owner`).
         sh.hold.ticket.store(g.ticket, Relaxed);
-        sh.hold.grant_meta.store(meta, Relaxed);
+        sh.hold
+            .grant_meta
+            .store(Hold::meta(None, &g, self.kept_on_exit), Relaxed);
         sh.hold.depth.store(1, Relaxed);
         sh.hold
             .owner
             .store(Shared::owner_key(tid, g.ticket), Relaxed);
-        LockGuard::new(sh, g, tid, self.lease_ms)
+        LockGuard::new(sh, g, tid, None)
     }
 }
 

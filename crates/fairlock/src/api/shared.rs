@@ -69,6 +69,10 @@ pub(crate) struct Hold {
     /// that a nested guard was dropped with while panicking: the outermost release then gives
     /// the lock up as if its owner died.
     pub(crate) depth: AtomicU32,
+    /// How many records of leased grants through this view our threads keep
+    /// (`thread_leases`): while 0, a lock need not look at its thread's (the uncontended lock
+    /// reads this line already, for `owner`).
+    pub(crate) thread_leases: AtomicU32,
 }
 
 /// The bit of `Hold::grant_meta` marking a grant that its thread's exit must not give up
@@ -208,6 +212,7 @@ impl Shared {
                 ticket: AtomicU64::new(0),
                 grant_meta: AtomicU64::new(0),
                 depth: AtomicU32::new(0),
+                thread_leases: AtomicU32::new(0),
             },
             serial: {
                 static SERIAL: AtomicU64 = AtomicU64::new(1);

@@ -15,8 +15,9 @@
 //! Unleased grants stay in `Hold`: nothing but their own thread (or their process's death) can
 //! end them while the guard lives.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use super::guard::POISONED;
 use super::shared::{Shared, with_open_files};
@@ -55,9 +56,12 @@ impl Drop for Entries {
                 .collect()
         });
         for e in left {
-            if let Some(sh) = views.iter().find(|v| v.serial == e.shared)
-                && sh.is_current()
-            {
+            let Some(sh) = views.iter().find(|v| v.serial == e.shared) else {
+                continue;
+            };
+            // Relaxed: see `held`.
+            sh.hold.thread_leases.fetch_sub(1, Relaxed);
+            if sh.is_current() {
                 let (grant, _) = super::shared::Hold::grant_of(e.meta, e.ticket);
                 let _ = core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);
             }
@@ -67,21 +71,13 @@ impl Drop for Entries {
 
 thread_local! {
     static ENTRIES: Entries = const { Entries(RefCell::new(Vec::new())) };
-    /// How many entries there are: what the uncontended lock reads (0 nearly always).
-    static COUNT: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Runs `f` on the calling thread's entries (and keeps `COUNT` in step); `None` in a
-/// thread-local destructor that runs after ours (the thread is ending).
+/// Runs `f` on the calling thread's entries; `None` in a thread-local destructor that runs
+/// after ours (the thread is ending).
 fn with<R>(f: impl FnOnce(&mut Vec<Entry>) -> R) -> Option<R> {
     ENTRIES
-        .try_with(|e| {
-            e.0.try_borrow_mut().ok().map(|mut v| {
-                let r = f(&mut v);
-                let _ = COUNT.try_with(|c| c.set(v.len() as u32));
-                r
-            })
-        })
+        .try_with(|e| e.0.try_borrow_mut().ok().map(|mut v| f(&mut v)))
         .ok()
         .flatten()
 }
@@ -89,7 +85,10 @@ fn with<R>(f: impl FnOnce(&mut Vec<Entry>) -> R) -> Option<R> {
 /// The calling thread's leased grant through `sh`, if any: (ticket, meta, depth).
 #[inline]
 pub(crate) fn held(sh: &Shared) -> Option<(u64, u64, u32)> {
-    if COUNT.try_with(Cell::get).unwrap_or(0) == 0 {
+    // Relaxed: a thread with a record through `sh` counted it itself, before (program
+    // order), and only the removal of that record takes it back: while it lasts, this thread
+    // reads at least 1. Other threads' records only make it look.
+    if sh.hold.thread_leases.load(Relaxed) == 0 {
         return None;
     }
     held_in(sh)
@@ -111,7 +110,12 @@ fn held_in(sh: &Shared) -> Option<(u64, u64, u32)> {
 pub(crate) fn record(sh: &Shared, ticket: u64, meta: u64) {
     let p = sh.serial;
     with(|v| {
+        let had = v.len();
         v.retain(|e| e.shared != p);
+        if v.len() == had {
+            // Relaxed: see `held`.
+            sh.hold.thread_leases.fetch_add(1, Relaxed);
+        }
         v.push(Entry {
             shared: p,
             ticket,
@@ -131,6 +135,8 @@ pub(crate) fn set_depth(sh: &Shared, ticket: u64, depth: impl FnOnce(u32) -> u32
         let after = depth(before);
         if after & !POISONED == 0 {
             v.swap_remove(i);
+            // Relaxed: see `held`.
+            sh.hold.thread_leases.fetch_sub(1, Relaxed);
         } else {
             v[i].depth = after;
         }

@@ -187,6 +187,7 @@ fn word_floor(w: Word) -> u64 {
 /// Whether ticket `t`, not taken yet, may be taken now: if its taker is lapped and gives up,
 /// it has a bit to say so. Read before the compare-and-swap that takes the ticket; the floor
 /// and `base` only rise, so the answer stays true until then.
+#[inline]
 pub fn has_room(st: &LockState<'_>, t: u64) -> bool {
     let slot = st.slot(t);
     let lap = st.lap(t);
@@ -195,6 +196,15 @@ pub fn has_room(st: &LockState<'_>, t: u64) -> bool {
     if relate(w.lap(), lap) != LapRelation::Behind {
         return true; // free for this lap, or lapped by one: the first bit at most
     }
+    has_room_behind(st, t, w)
+}
+
+/// [`has_room`] for a slot whose word is laps behind `t`'s: out of line (a long queue).
+#[cold]
+#[inline(never)]
+fn has_room_behind(st: &LockState<'_>, t: u64, w: Word) -> bool {
+    let slot = st.slot(t);
+    let lap = st.lap(t);
     // Acquire: pairs with the AcqRel CAS of `give_up`.
     let g = GivenUp(slot.given_up.load(Acquire)).rebased(floor(st, t, w));
     let d = lap.wrapping_sub(g.base()) & LAP_MASK;

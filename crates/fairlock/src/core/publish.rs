@@ -223,21 +223,7 @@ fn carries_death(w: Word) -> bool {
 #[inline]
 fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool {
     if relate(prev.lap(), st.lap(t)) == LapRelation::Behind {
-        if st.is_weighted() {
-            // Every ticket uses its slot: the laps in between were given up while a share
-            // held the slot (retaken), and nobody wrote their `Skipped` — walks that start at
-            // `front` never come back for them (see `weighted`). Ours may go once all of
-            // them are given up; a death the word tells is counted first.
-            let all_given_up =
-                super::given_up::all_given_up_between(st.slot(t), prev.lap(), st.lap(t));
-            if all_given_up {
-                super::weighted::count_replaced_news(st, prev);
-            }
-            return all_given_up;
-        }
-        // Acquire: pairs with the Release raise of `head` by the first taker to queue.
-        let head = st.header().head.load(Acquire);
-        return super::frontier::before(t.wrapping_sub(st.slot_count()), head);
+        return may_reuse_behind(st, t, prev);
     }
     if !carries_death(prev) {
         return true;
@@ -257,6 +243,26 @@ fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool
     }
     advance(st, p, head, false);
     false
+}
+
+/// [`may_reuse`] of a word laps behind ours (a long queue, or a long-held share): out of line.
+#[cold]
+#[inline(never)]
+fn may_reuse_behind(st: &LockState<'_>, t: u64, prev: Word) -> bool {
+    if st.is_weighted() {
+        // Every ticket uses its slot: the laps in between were given up while a share held
+        // the slot (retaken), and nobody wrote their `Skipped` — walks that start at `front`
+        // never come back for them (see `weighted`). Ours may go once all of them are given
+        // up; a death the word tells is counted first.
+        let all_given_up = super::given_up::all_given_up_between(st.slot(t), prev.lap(), st.lap(t));
+        if all_given_up {
+            super::weighted::count_replaced_news(st, prev);
+        }
+        return all_given_up;
+    }
+    // Acquire: pairs with the Release raise of `head` by the first taker to queue.
+    let head = st.header().head.load(Acquire);
+    super::frontier::before(t.wrapping_sub(st.slot_count()), head)
 }
 
 /// What [`give_up_lapped`] came to.

@@ -135,6 +135,7 @@ struct Start {
     far: Option<u64>,
 }
 
+#[inline]
 fn start(st: &LockState<'_>) -> Start {
     let hdr = st.header();
     // Acquire: pairs with the Release raise of `head` (`frontier::raise_head`) by the walk
@@ -166,6 +167,8 @@ fn start(st: &LockState<'_>) -> Start {
 /// collected: `head` may go there (else it stayed at a long share for good once the share
 /// ended, and every walk kept counting the slots). `None` if a word before `at` waits, which
 /// `front`'s promise rules out: the caller then walks from `head`, which passes nothing.
+#[cold]
+#[inline(never)]
 fn holders_before(st: &LockState<'_>, at: u64) -> Option<(Front, Option<u64>)> {
     let mut front = Front::default();
     let mut oldest: Option<u64> = None;
@@ -509,6 +512,7 @@ pub fn recover<P: Platform>(
 /// `front`: see [`start`]). Then `h` is unpublished, not lapped: it may publish now, and is
 /// passed after the grace if its taker never does (one killed with no `lapped` entry kept
 /// every walk at it for good while the slot's word stayed behind: found by the soak test).
+#[inline]
 fn free_for(st: &LockState<'_>, h: u64, w: Word) -> bool {
     if !w.state().is_some_and(State::is_final) {
         return false;
