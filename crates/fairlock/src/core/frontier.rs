@@ -3,7 +3,8 @@
 //!
 //! `head` is **monotone**: it only ever moves forward, by [`raise_head`] (a compare-and-swap
 //! loop that never lowers it), called by `advance` whenever it grants, pre-grants or finds a
-//! ticket granted. Every ticket below `head` is final, and whatever their ends said (a death)
+//! ticket granted. Every ticket below `head` is final (in a weighted file, or given up while
+//! lapped and never published: see `weighted`), and whatever their ends said (a death)
 //! went into the grant of a ticket at or after `head`. The uncontended release does not raise
 //! it (that path does one compare-and-swap and no more), so `head` may lag far behind; a walk
 //! from it then catches up at once: a slot that shows a *later* ticket that was granted

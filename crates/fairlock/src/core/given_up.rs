@@ -19,9 +19,9 @@
 //! A taker that gives up lap `ℓ` sets its bit; a run of given-up laps right after `base` is
 //! *absorbed* (`base` moves up, the bits shift down), so a slot pinned by a long-held share,
 //! whose every later lap is given up in turn, needs no more than the one word however long the
-//! share holds. Only laps after the slot word's own lap mean anything: the word (and, in an
-//! exclusive lock, `head`: every ticket before it is final) is the floor, and a `base` below
-//! the floor is moved up to it (*rebased*) before a bit is set.
+//! share holds. Only laps after the slot word's own lap mean anything: the word (and `head`:
+//! every ticket before it is final or given up, in every kind) is the floor, and a `base`
+//! below the floor is moved up to it (*rebased*) before a bit is set.
 //!
 //! **Room.** A ticket whose lap is more than [`WINDOW`] laps after the floor has no bit: so a
 //! ticket is taken only if its lap has one ([`has_room`], checked before the compare-and-swap

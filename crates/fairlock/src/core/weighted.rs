@@ -11,8 +11,9 @@
 //!
 //! # The walk
 //!
-//! [`advance`] walks from `head` (every ticket below it final, and every death before it
-//! reported) over the unfinished tickets: it counts the granted and held ones, grants each
+//! [`advance`] walks from `head` (every ticket below it final — or given up while lapped and
+//! never published, its `Skipped` never written — and every death before it reported) over the
+//! unfinished tickets: it counts the granted and held ones, grants each
 //! waiting one that fits, and stops at the first that does not fit or that nobody has published
 //! yet. Nothing is granted in advance: the next taker cannot be known to be a reader or a
 //! writer before it publishes. So a taker publishes and then walks itself, and a releaser
@@ -40,7 +41,7 @@
 //! makes, and a reader/writer lock also tells every reader granted while a told reader holds
 //! (the batch that reads what a dead writer left). Counting before rewriting, and raising
 //! `told` after granting, make a crash between them a repeated report, never a lost one.
-//! `head` goes up to the first ticket not known to be final.
+//! `head` goes up to the first ticket not known to be final (or given up).
 
 use super::advance::cas;
 use super::frontier::{MAX_STEPS, before, raise_head};
@@ -561,7 +562,9 @@ fn lapped_gone<P: Platform>(st: &LockState<'_>, p: &P, h: u64, w: Word) -> Lappe
     }
     // Acquire: pairs with the Release write that moved the slot on (a publication). The
     // given-up word was loaded (Acquire) before this; if it read a rebase's AcqRel CAS, that
-    // CAS came after the rebaser saw the slot at `h`'s lap, so this load sees the word moved.
+    // CAS came after the rebaser saw the slot at `h`'s lap (a rebase onto the word), or saw
+    // `head` past `h` (onto `head`'s floor: raised, Release, by a walk that had read `h`
+    // published), so this load sees the word moved.
     if Word(slot.word.load(Acquire)) == w {
         Lapped::Gone
     } else {
