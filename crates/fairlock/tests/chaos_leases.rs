@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use common::chaos::{Env, Rng, mono_ns, pid_stopped, signal};
+use common::witness::{self, Entry, parts};
 use common::{Shm, Worker, role};
 use fairlock::{Error, FairLock, LockGuard};
 
@@ -91,42 +92,23 @@ fn log_grant(shm: &Shm, token: u64) {
     }
 }
 
-/// The witness word: the newest token that ever entered (high half) and the token inside now
-/// (low half, 0 if none).
-fn parts(v: u64) -> (u64, u64) {
-    (v >> 32, v & 0xFFFF_FFFF)
-}
-
-/// A holder enters. If a newer token already entered, we were taken over before we got here:
-/// our `check` must say so, and we record nothing (false). Else we are the newest and inside;
-/// if someone still was inside, it died or was taken over, and we were told `owner_died()`.
+/// A holder enters (see `common::witness`): false if it was taken over before it got here.
 fn enter(shm: &Shm, g: &LockGuard<'_>) -> bool {
-    let mine = g.token();
-    let w = shm.atomic(WITNESS);
-    let mut cur = w.load(SeqCst);
-    loop {
-        if parts(cur).0 > mine {
-            assert!(
-                matches!(g.check(), Err(Error::LockLost { .. })),
-                "token {mine} granted after a newer one entered, and check() says Ok"
-            );
+    let told = g.owner_died();
+    match witness::enter(shm.atomic(WITNESS), g.token(), told, || {
+        matches!(g.check(), Err(Error::LockLost { .. }))
+    }) {
+        Entry::Lost => {
             shm.atomic(LOST).fetch_add(1, SeqCst);
-            return false;
+            false
         }
-        match w.compare_exchange(cur, (mine << 32) | mine, SeqCst, SeqCst) {
-            Ok(_) => break,
-            Err(now) => cur = now,
+        Entry::Inside { displaced } => {
+            if displaced != 0 {
+                shm.atomic(OVERLAPS).fetch_add(1, SeqCst);
+            }
+            true
         }
     }
-    let inside = parts(cur).1;
-    assert!(
-        inside == 0 || g.owner_died(),
-        "two holders: token {mine} granted without owner_died while token {inside} was inside"
-    );
-    if inside != 0 {
-        shm.atomic(OVERLAPS).fetch_add(1, SeqCst);
-    }
-    true
 }
 
 /// Works inside: each step reads the witness, then checks; `Ok` means we are still the one
@@ -174,13 +156,7 @@ fn work(shm: &Shm, g: &LockGuard<'_>, rng: &mut Rng, leased: bool) {
 /// Leaves: if we are not the one inside any more, `unlock` must say we lost the lock.
 fn leave(shm: &Shm, g: LockGuard<'_>, entered: bool) {
     let mine = g.token();
-    let alone = entered
-        && shm
-            .atomic(WITNESS)
-            .fetch_update(SeqCst, SeqCst, |v| {
-                (parts(v).1 == mine).then_some(v & !0xFFFF_FFFF)
-            })
-            .is_ok();
+    let alone = witness::leave(shm.atomic(WITNESS), mine, entered);
     let r = g.unlock();
     if !alone {
         assert!(

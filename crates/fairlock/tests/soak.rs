@@ -28,7 +28,8 @@ mod common;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-use common::chaos::{Env, Rng, pid_dead, pid_stopped, signal};
+use common::chaos::{Env, Rng, mono_ns, pid_dead, pid_stopped, signal};
+use common::witness::{self, Entry, parts};
 use common::{Shm, Worker, role};
 use fairlock::{Error, FairLock, FairRwLock, FairSemaphore};
 
@@ -79,17 +80,6 @@ fn words(id: usize) -> Words {
         doomed: at + 3,
         token: at + 4,
     }
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process here, as leases use.
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// What a worker does: each an exclusive or a shared grant of some kind.
@@ -256,39 +246,24 @@ impl Me<'_> {
     }
 }
 
-/// The witness word: the newest token that ever entered (high half), the token inside (low).
-fn parts(v: u64) -> (u64, u64) {
-    (v >> 32, v & 0xFFFF_FFFF)
-}
-
-/// An exclusive grant enters; false if a newer token entered already (we were taken over).
+/// An exclusive grant enters (see `common::witness`): false if it was taken over before it
+/// got here.
 fn enter(shm: &Shm, g: &impl Held) -> bool {
-    let mine = g.token();
-    let w = shm.atomic(WITNESS);
-    let mut cur = w.load(SeqCst);
-    loop {
-        if parts(cur).0 > mine {
-            assert!(
-                matches!(g.check(), Err(Error::LockLost { .. })),
-                "token {mine} granted after a newer one entered, and check() says Ok"
-            );
+    let told = g.owner_died();
+    match witness::enter(shm.atomic(WITNESS), g.token(), told, || {
+        matches!(g.check(), Err(Error::LockLost { .. }))
+    }) {
+        Entry::Lost => {
             shm.atomic(LOST).fetch_add(1, SeqCst);
-            return false;
+            false
         }
-        match w.compare_exchange(cur, (mine << 32) | mine, SeqCst, SeqCst) {
-            Ok(_) => break,
-            Err(now) => cur = now,
+        Entry::Inside { .. } => {
+            if told {
+                shm.atomic(TOLD).fetch_add(1, SeqCst);
+            }
+            true
         }
     }
-    let inside = parts(cur).1;
-    assert!(
-        inside == 0 || g.owner_died(),
-        "two holders: token {mine} granted without owner_died while token {inside} was inside"
-    );
-    if g.owner_died() {
-        shm.atomic(TOLD).fetch_add(1, SeqCst);
-    }
-    true
 }
 
 /// Works inside an exclusive grant: a `check` that says `Ok` means we are still the one
@@ -326,14 +301,7 @@ fn work(me: &Me<'_>, g: &impl Held, rng: &mut Rng, long: bool) {
 /// Leaves: if a newer holder entered meanwhile, `unlock` must say we lost the lock.
 fn leave(me: &Me<'_>, g: impl Held, entered: bool) {
     let mine = g.token();
-    let alone = entered
-        && me
-            .shm
-            .atomic(WITNESS)
-            .fetch_update(SeqCst, SeqCst, |v| {
-                (parts(v).1 == mine).then_some(v & !0xFFFF_FFFF)
-            })
-            .is_ok();
+    let alone = witness::leave(me.shm.atomic(WITNESS), mine, entered);
     me.clear();
     let r = g.unlock();
     if !alone {

@@ -18,6 +18,7 @@
 #![allow(dead_code)] // every test binary uses a different subset
 
 pub mod chaos;
+pub mod witness;
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
