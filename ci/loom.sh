@@ -28,12 +28,12 @@ edition = "2024"
 publish = false
 
 [dependencies]
-fairlock = { path = "$root/crates/fairlock" }
+fairlock = { path = "$root" }
 loom = "0.7"
 
 [[test]]
 name = "loom"
-path = "$root/crates/fairlock/tests/loom.rs"
+path = "$root/tests/loom.rs"
 
 [lints.rust]
 unexpected_cfgs = { level = "warn", check-cfg = ['cfg(loom)'] }

@@ -11,7 +11,7 @@ bash ci/deps.sh
 tmp="$(mktemp -d -t fairlock-tests.XXXXXX)"
 trap 'rm -rf "$tmp"' EXIT
 export TMPDIR="$tmp"
-cargo test --release --all-features "$@"
+cargo test --release --all-features --workspace "$@"
 # The library's unit tests and the tests of the newest, arithmetic-heavy code again in a debug
 # build, where integer overflow panics instead of wrapping (a review found one that every
 # release run had hidden: docs/TESTING.md, "Issue 12").

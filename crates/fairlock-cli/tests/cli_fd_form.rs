@@ -4,7 +4,7 @@
 //! `fairlock run` waiters, and a waiter interrupted by Ctrl-C gives its place up.
 
 mod bash;
-#[path = "../../fairlock/tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;

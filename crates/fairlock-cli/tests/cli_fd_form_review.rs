@@ -2,7 +2,7 @@
 //! descriptor form"). Each test failed on the code it was written against (see the report).
 
 mod bash;
-#[path = "../../fairlock/tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use bash::{sh, text};

@@ -3,7 +3,7 @@
 //! a file `flock(1)` holds, files on virtual filesystems, flock's flags, and `status` on a
 //! dead holder. The built binary, driven through `/bin/sh` as scripts drive it.
 
-#[path = "../../fairlock/tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::os::unix::process::CommandExt;

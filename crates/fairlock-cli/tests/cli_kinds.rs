@@ -2,7 +2,7 @@
 //! `/bin/sh` as scripts drive them: readers run together, a writer alone, at most N commands
 //! at once in arrival order, files of another kind refused, `status` showing every holder.
 
-#[path = "../../fairlock/tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;

@@ -18,7 +18,7 @@
 //! | `unlock`: `flock --unlock FD` releases a descriptor's lock early | [`unlock_by_descriptor`] | `fairlock unlock FD` |
 //! | exit codes: 64 usage, 66 cannot open, 1 (or `-E`) conflict | [`exit_codes`] | |
 
-#[path = "../../fairlock/tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use std::process::{Command, Output, Stdio};

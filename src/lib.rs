@@ -153,5 +153,5 @@ pub struct CompileFailChecks;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
