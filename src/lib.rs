@@ -68,6 +68,7 @@ pub(crate) use crash_point;
 
 mod core;
 mod error;
+mod names;
 mod primitive;
 
 #[cfg(not(loom))]

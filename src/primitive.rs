@@ -29,7 +29,7 @@ pub(crate) fn yield_now() {
 /// acquisition), which cost contended throughput an order of magnitude (4 threads, 100 ns
 /// sections). In a strict file the waiter keeps its CPU for `Tuning::spin_keep_cpu_ns`
 /// before it yields; in a file with a bypass bound it yields from the start (see
-/// `core::wait::spin_while`).
+/// `core::acquire::spin_while`).
 #[inline]
 pub(crate) fn spin_step() {
     #[cfg(loom)]

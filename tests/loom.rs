@@ -16,10 +16,10 @@
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
-use fairlock::__internal::core::layout::RecordKind;
-use fairlock::__internal::core::lease::{Lease, LeaseField};
 use fairlock::__internal::core::model::ModelPlatform;
-use fairlock::__internal::core::word::{LapRelation, relate};
+use fairlock::__internal::core::state::layout::RecordKind;
+use fairlock::__internal::core::state::lease::{Lease, LeaseField};
+use fairlock::__internal::core::state::slot_word::{LapRelation, relate};
 use fairlock::__internal::core::{
     Claim, Grant, LappedGiveUp, LockState, Look, Lost, Me, OwnedState, Platform, Published, State,
     Taken, Tuning, WaitError, Watch, Word, advance, check, claim_granted, clean_up_participant,
@@ -114,7 +114,7 @@ fn word(st: &LockState<'_>, t: u64) -> Word {
 
 /// Publishes a waiter for the next ticket without blocking, with the real `publish`.
 fn enqueue(st: &LockState<'_>, p: &ModelPlatform, me: &Me) -> u64 {
-    let t = fairlock::__internal::core::fast::take_queued(st, p);
+    let t = fairlock::__internal::core::exclusive::fast::take_queued(st, p);
     match publish(st, p, t, me, None, &tuning(), &mut Watch::default()).expect("publish") {
         Published::Waiting(_) => t,
         _ => panic!("ticket {t} should wait"),
@@ -742,7 +742,7 @@ fn a_lapped_taker_gives_up_while_the_walk_reaches_it() {
         let st = w.view();
         // Ticket 0 held in slot 0; ticket 1 given up (abandoned in slot 1); ticket 2 lapped
         // (slot 0 still ticket 0's); ticket 3 waits in slot 1.
-        let t0 = fairlock::__internal::core::fast::take_queued(&st, &w.p);
+        let t0 = fairlock::__internal::core::exclusive::fast::take_queued(&st, &w.p);
         let g0 = match publish(
             &st,
             &w.p,

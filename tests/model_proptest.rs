@@ -24,9 +24,9 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
 use fairlock::__internal::core::Platform;
-use fairlock::__internal::core::lease::{Deadline, Lease, LeaseField};
 use fairlock::__internal::core::model::ModelPlatform;
-use fairlock::__internal::core::word::{LapRelation, relate};
+use fairlock::__internal::core::state::lease::{Deadline, Lease, LeaseField};
+use fairlock::__internal::core::state::slot_word::{LapRelation, relate};
 use fairlock::__internal::core::{
     Claim, Grant, LappedGiveUp, Look, Lost, Me, OwnedState, Published, State, Taken, Tuning,
     WaitError, Watch, Word, check, claim_granted, extend, give_up_lapped, lock, lock_queued,

@@ -21,12 +21,12 @@
 
 use std::sync::atomic::Ordering::Acquire;
 
-use fairlock::__internal::core::layout::RecordKind;
 use fairlock::__internal::core::model::ModelPlatform;
-use fairlock::__internal::core::word::{LapRelation, relate};
+use fairlock::__internal::core::state::layout::RecordKind;
+use fairlock::__internal::core::state::slot_word::{LapRelation, relate};
 use fairlock::__internal::core::{
     Claim, Grant, Me, OwnedState, Published, State, Tuning, Watch, Word, claim_granted, publish,
-    release, try_lock, weighted,
+    release, try_lock, weighted::walk as weighted,
 };
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;

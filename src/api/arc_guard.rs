@@ -4,8 +4,8 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use super::guard::LockGuard;
 use crate::FairLock;
+use crate::api::guard::LockGuard;
 use crate::error::Result;
 
 /// Proof of holding a [`FairLock`] kept in an [`Arc`], returned by

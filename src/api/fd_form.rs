@@ -27,9 +27,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use std::time::Instant;
 
-use super::shared::{Shared, note_claim, open_beacon};
-use crate::core::layout::{LockState, MAX_PERMITS, RecordKind};
-use crate::core::word::{State, Word};
+use crate::api::shared::{Shared, note_claim, open_beacon};
+use crate::core::state::layout::{LockState, MAX_PERMITS, RecordKind};
+use crate::core::state::slot_word::{State, Word};
 use crate::core::{self, Grant};
 use crate::error::{Error, Result};
 use crate::file::{Opened, open_lock_file, open_read_only};
@@ -155,7 +155,7 @@ fn ticket_of(st: &LockState<'_>, i: u32) -> Option<(u64, Word)> {
             Some(State::Waiting | State::Sleeping | State::Granted | State::Held)
         );
         (live && w.participant() == i).then(|| {
-            let t = core::weighted::ticket_of(w.lap(), s, st.slot_shift(), next);
+            let t = core::weighted::walk::ticket_of(w.lap(), s, st.slot_shift(), next);
             (t, w)
         })
     })
@@ -389,7 +389,7 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
     let lost = || Error::LockLost {
         path: shown.clone(),
     };
-    let fast = core::fast::fast_holder(&st).filter(|&(_, holder)| holder == i);
+    let fast = core::exclusive::fast::fast_holder(&st).filter(|&(_, holder)| holder == i);
     let result = match (fast, ticket_of(&st, i)) {
         // Granted by the lock word (nobody was queued when it was taken).
         (Some((ticket, _)), _) => {

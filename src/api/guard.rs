@@ -5,8 +5,8 @@ use std::num::NonZeroU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use super::shared::Shared;
-use super::thread_leases;
+use crate::api::shared::Shared;
+use crate::api::thread_leases;
 use crate::core::{self, Grant};
 use crate::error::{Error, Result};
 
@@ -120,7 +120,7 @@ impl<'a> LockGuard<'a> {
     /// ahead of the queue's next grant, and is 0 for grants in queue order.
     pub fn token(&self) -> u64 {
         let g = self.grant();
-        crate::core::layout::token_of(self.shared.bypass_bound(), g.ticket, g.bypass)
+        crate::core::state::layout::token_of(self.shared.bypass_bound(), g.ticket, g.bypass)
     }
 
     /// In a file opened with [`Fairness::Bounded`](crate::Fairness::Bounded): how many times
@@ -205,9 +205,14 @@ impl<'a> LockGuard<'a> {
         if self.check().is_ok() {
             let st = self.shared.state();
             if self.fast() {
-                core::claim::stamp_fast(&st, &self.shared.platform(), self.ticket, self.tid);
+                core::queue::claim::stamp_fast(&st, &self.shared.platform(), self.ticket, self.tid);
             } else {
-                core::claim::stamp_holder(&st, &self.shared.platform(), self.ticket, self.tid);
+                core::queue::claim::stamp_holder(
+                    &st,
+                    &self.shared.platform(),
+                    self.ticket,
+                    self.tid,
+                );
             }
         }
     }
@@ -365,7 +370,7 @@ impl<'a> LockGuard<'a> {
             sh.participant,
             self.fast(),
             outcome,
-            core::holder::barge_of(&self.grant()),
+            core::release::barge_of(&self.grant()),
         )
         .map_err(|_| self.lost())
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::guard::LockGuard;
+use crate::api::guard::LockGuard;
 use crate::error::Result;
 
 macro_rules! kind_guard {

@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicPtr, Ordering::Acquire, Ordering::Relaxed, Orderin
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::arc_guard::ArcLockGuard;
-use super::guard::{LockGuard, POISONED};
-use super::options::OpenOptions;
-use super::shared::{ExitWatch, Hold, KEPT_ON_EXIT, Shared};
-use super::thread_leases;
+use crate::api::arc_guard::ArcLockGuard;
+use crate::api::guard::{LockGuard, POISONED};
+use crate::api::options::OpenOptions;
+use crate::api::shared::{ExitWatch, Hold, KEPT_ON_EXIT, Shared};
+use crate::api::thread_leases;
 use crate::core::{self, Grant, Me, Tuning, WaitError};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
@@ -85,13 +85,13 @@ impl std::fmt::Debug for FairLock {
 /// and created again as another kind meanwhile (review finding).
 fn open_view(path: &Path, create: &CreateOptions, name: Option<&str>) -> Result<Arc<Shared>> {
     let shared = match name {
-        Some(key) => super::named::open_named(path, create, key)?,
+        Some(key) => crate::names::open::open_named(path, create, key)?,
         None => Shared::open(path, create)?,
     };
     // A view this process already had open was not checked against what we ask for.
     let (found, wanted) = (shared.geometry().kind, create.kind);
     if found != wanted {
-        let named = |k: crate::core::layout::RecordKind| match name {
+        let named = |k: crate::core::state::layout::RecordKind| match name {
             Some(n) => format!("{} named {n:?}", k.describe()),
             None => k.describe(),
         };
@@ -465,7 +465,7 @@ impl FairLock {
     }
 
     /// Acquires a ticket of a weighted kind (`FairRwLock`, `FairSemaphore`): a share if
-    /// `shared`, the whole lock otherwise. Always queued (see `core::weighted`); the grant is
+    /// `shared`, the whole lock otherwise. Always queued (see `core::weighted::walk`); the grant is
     /// not recorded in `Hold`, which describes the one exclusive grant of a process: several
     /// threads of a process may hold shares at once.
     pub(crate) fn acquire_weighted(
@@ -537,7 +537,7 @@ impl FairLock {
     /// a thread several permits.
     fn refuse_reentry(&self, sh: &Shared, tid: u32) -> Result<()> {
         let st = sh.state();
-        if st.is_rwlock() && core::weighted::holds_already(&st, sh.participant, tid) {
+        if st.is_rwlock() && core::weighted::walk::holds_already(&st, sh.participant, tid) {
             return Err(Error::WouldDeadlock {
                 path: sh.path.clone(),
             });

@@ -6,7 +6,6 @@ pub mod guard;
 pub mod kind_guard;
 pub mod lock;
 pub mod mutex;
-pub(crate) mod named;
 pub mod options;
 pub mod rlock;
 pub mod rwlock;

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use super::guard::LockGuard;
-use super::options::OpenOptions;
 use crate::FairLock;
-use crate::core::layout::DataShape;
+use crate::api::guard::LockGuard;
+use crate::api::options::OpenOptions;
+use crate::core::state::layout::DataShape;
 use crate::error::{Error, Result};
 
 /// A strictly fair, crash-robust lock that guards a value of type `T` kept **in the lock

@@ -3,10 +3,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::guard::LockGuard;
-use super::lock::{deadline_after, deadline_at};
-use super::options::OpenOptions;
 use crate::FairLock;
+use crate::api::guard::LockGuard;
+use crate::api::lock::{deadline_after, deadline_at};
+use crate::api::options::OpenOptions;
 use crate::error::Result;
 
 /// A re-entrant [`FairLock`]: the thread holding it may lock it again, which bumps a count and

@@ -3,10 +3,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::kind_guard::{RwLockReadGuard, RwLockWriteGuard};
-use super::lock::{deadline_after, deadline_at};
-use super::options::OpenOptions;
 use crate::FairLock;
+use crate::api::kind_guard::{RwLockReadGuard, RwLockWriteGuard};
+use crate::api::lock::{deadline_after, deadline_at};
+use crate::api::options::OpenOptions;
 use crate::error::Result;
 
 /// A strictly fair reader/writer lock shared by threads and processes through a lock file.

@@ -3,10 +3,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::kind_guard::SemaphorePermit;
-use super::lock::{deadline_after, deadline_at};
-use super::options::OpenOptions;
 use crate::FairLock;
+use crate::api::kind_guard::SemaphorePermit;
+use crate::api::lock::{deadline_after, deadline_at};
+use crate::api::options::OpenOptions;
 use crate::error::Result;
 
 /// A strictly fair counting semaphore shared by threads and processes through a lock file: at

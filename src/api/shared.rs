@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::core::layout::Participant;
+use crate::core::state::layout::Participant;
 use crate::core::{self, LockState};
 use crate::error::{Error, Result};
 use crate::file::{CreateOptions, Mapping, open_lock_file};
@@ -40,7 +40,7 @@ pub(crate) struct Shared {
     pub(crate) participant: u32,
     /// For a named lock: its name, and the file's per-process view (kept alive while a name
     /// of it is open).
-    pub(crate) named: Option<(Arc<str>, Arc<super::named::NamesFile>)>,
+    pub(crate) named: Option<(Arc<str>, Arc<crate::names::open::NamesFile>)>,
     /// The fork generation this was opened in; a forked child opens its own.
     pub(crate) fork_generation: u64,
     /// Which of our threads holds the lock; written on every grant.
@@ -78,7 +78,7 @@ pub(crate) struct Hold {
 /// The bit of `Hold::grant_meta` marking a grant that its thread's exit must not give up
 /// (a `FairMutex` grant: see [`ExitWatch`]).
 pub(crate) const KEPT_ON_EXIT: u64 = 1 << 63;
-/// The bit of `Hold::grant_meta` marking a grant the lock word made (see `core::fast`).
+/// The bit of `Hold::grant_meta` marking a grant the lock word made (see `core::exclusive::fast`).
 const FAST_GRANT: u64 = 1 << 62;
 /// A barge's bypass number (9 bits; leases take bits 1..=42 below) ...
 const BYPASS_SHIFT: u32 = 43;
@@ -198,7 +198,7 @@ impl Shared {
         beacon: Arc<Beacon>,
         mapping: Mapping,
         participant: u32,
-        named: Option<(Arc<str>, Arc<super::named::NamesFile>)>,
+        named: Option<(Arc<str>, Arc<crate::names::open::NamesFile>)>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             path: path.to_path_buf(),

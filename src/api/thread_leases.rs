@@ -19,8 +19,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::guard::POISONED;
-use super::shared::{Shared, with_open_files};
+use crate::api::guard::POISONED;
+use crate::api::shared::{Shared, with_open_files};
 use crate::core;
 
 /// One leased grant the calling thread holds.
@@ -62,7 +62,7 @@ impl Drop for Entries {
             // Relaxed: see `held`.
             sh.hold.thread_leases.fetch_sub(1, Relaxed);
             if sh.is_current() {
-                let (grant, _) = super::shared::Hold::grant_of(e.meta, e.ticket);
+                let (grant, _) = crate::api::shared::Hold::grant_of(e.meta, e.ticket);
                 let _ = core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);
             }
         }

@@ -1,15 +1,25 @@
-//! Deterministic tests of bounded bypass ([`super::barge`]) on heap memory with the scripted
+//! Deterministic tests of bounded bypass ([`crate::core::exclusive::barge`]) on heap memory with the scripted
 //! platform: the count against the bound, tokens between two queued grants, the Dekker pair
 //! with the claim, and dead bargers.
 
-use super::barge::{Barge, try_barge, with_arrival};
-use super::claim::{Claim, claim_granted_with};
-use super::fast::{Taken, take};
-use super::layout::{OwnedState, RecordKind};
-use super::model::ModelPlatform;
-use super::publish::{Published, publish};
-use super::recover::{Watch, recover};
 use super::*;
+use crate::core::exclusive::barge::{Barge, try_barge, with_arrival};
+use crate::core::exclusive::fast::{Taken, take};
+#[allow(unused_imports)]
+use crate::core::exclusive::{advance, barge, fast};
+use crate::core::model::ModelPlatform;
+use crate::core::queue::claim::{Claim, claim_granted_with};
+use crate::core::queue::publish::{Published, publish};
+#[allow(unused_imports)]
+use crate::core::queue::{claim, frontier, given_up, lapped, publish};
+use crate::core::robust::recover::{Watch, recover};
+#[allow(unused_imports)]
+use crate::core::robust::{cleanup, leasing, recover};
+use crate::core::state::layout::{OwnedState, RecordKind};
+#[allow(unused_imports)]
+use crate::core::state::{layout, lease, lock_word, slot_word as word};
+#[allow(unused_imports)]
+use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::Ordering::Relaxed;
 
 fn me(participant: u32) -> Me {

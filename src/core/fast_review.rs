@@ -3,9 +3,19 @@
 
 #![allow(unused_imports)]
 
-use super::model::ModelPlatform;
-use super::platform::{Liveness, Platform};
 use super::*;
+#[allow(unused_imports)]
+use crate::core::exclusive::{advance, barge, fast};
+use crate::core::model::ModelPlatform;
+use crate::core::platform::{Liveness, Platform};
+#[allow(unused_imports)]
+use crate::core::queue::{claim, frontier, given_up, lapped, publish};
+#[allow(unused_imports)]
+use crate::core::robust::{cleanup, leasing, recover};
+#[allow(unused_imports)]
+use crate::core::state::{layout, lease, lock_word, slot_word as word};
+#[allow(unused_imports)]
+use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::AtomicU64;
 use crate::primitive::Ordering::{Acquire, Relaxed};
 use core::cell::RefCell;

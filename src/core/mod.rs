@@ -60,28 +60,15 @@
 //!   arrival count) is written before `stamp`'s `Release` store and read after its `Acquire`
 //!   load.
 
-pub mod advance;
-pub mod barge;
-pub mod claim;
-pub mod cleanup;
-pub mod fast;
-pub mod frontier;
-pub mod given_up;
-pub mod holder;
-pub mod lapped;
-pub mod layout;
-pub mod lease;
-pub mod leasing;
-pub mod lock_word;
+pub mod acquire;
+pub mod exclusive;
 pub mod model;
-pub mod name_layout;
-pub mod names;
 pub mod platform;
-pub mod publish;
-pub mod recover;
-pub mod wait;
+pub mod queue;
+pub mod release;
+pub mod robust;
+pub mod state;
 pub mod weighted;
-pub mod word;
 
 #[cfg(all(test, not(loom)))]
 mod barge_tests;
@@ -100,18 +87,18 @@ mod weighted_review2;
 #[cfg(all(test, not(loom)))]
 mod weighted_test_support;
 
-pub use advance::advance;
-pub use claim::{Claim, claim_granted};
-pub use cleanup::clean_up_participant;
-pub use fast::{Taken, end_fast, release_fast, take, try_fast};
-pub use holder::{check, finish_unleased_release, release, release_unleased_fast, revoke_own};
-pub use layout::{Geometry, LockState, OwnedState};
-pub use leasing::extend;
+pub use acquire::{lock, lock_queued, lock_watched, try_lock};
+pub use exclusive::advance::advance;
+pub use exclusive::fast::{Taken, end_fast, release_fast, take, try_fast};
 pub use platform::{Liveness, Platform, Tuning};
-pub use publish::{LappedGiveUp, Look, Published, give_up_lapped, publish, publish_once};
-pub use recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
-pub use wait::{lock, lock_queued, lock_watched, try_lock};
-pub use word::{State, Word};
+pub use queue::claim::{Claim, claim_granted};
+pub use queue::publish::{LappedGiveUp, Look, Published, give_up_lapped, publish, publish_once};
+pub use release::{check, finish_unleased_release, release, release_unleased_fast, revoke_own};
+pub use robust::cleanup::clean_up_participant;
+pub use robust::leasing::extend;
+pub use robust::recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
+pub use state::layout::{Geometry, LockState, OwnedState};
+pub use state::slot_word::{State, Word};
 
 /// Who is taking a ticket.
 #[derive(Clone, Copy, Debug)]

@@ -1,7 +1,7 @@
 //! A [`Platform`] for tests: a clock the test moves by hand, participants the test declares
 //! dead, and waits that only yield. Used by unit tests, property tests, fuzzing and loom.
 
-use super::platform::{Liveness, Platform};
+use crate::core::platform::{Liveness, Platform};
 use crate::primitive::{AtomicU64, Ordering::Relaxed, yield_now};
 
 /// A scripted platform. Participants `0..64` can be declared dead.

@@ -1,8 +1,8 @@
 //! Review of the table of names (`names.rs`, `name_layout.rs`): unit tests of findings.
 
 use crate::core::Liveness;
-use crate::core::name_layout::{owner_of, owner_word};
-use crate::core::names::owner_liveness;
+use crate::names::layout::{owner_of, owner_word};
+use crate::names::table::owner_liveness;
 
 /// A free owner word (0) is "nobody": `owner_of` must say so without computing `0 - 1`
 /// (`then_some` evaluates its argument eagerly: an overflow panic in every debug build, on

@@ -1,8 +1,18 @@
 //! Deterministic tests of the algorithm on heap memory with the scripted platform.
 
-use super::model::ModelPlatform;
-use super::word::{LapRelation, relate};
 use super::*;
+#[allow(unused_imports)]
+use crate::core::exclusive::{advance, barge, fast};
+use crate::core::model::ModelPlatform;
+#[allow(unused_imports)]
+use crate::core::queue::{claim, frontier, given_up, lapped, publish};
+#[allow(unused_imports)]
+use crate::core::robust::{cleanup, leasing, recover};
+use crate::core::state::slot_word::{LapRelation, relate};
+#[allow(unused_imports)]
+use crate::core::state::{layout, lease, lock_word, slot_word as word};
+#[allow(unused_imports)]
+use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::Ordering::Relaxed;
 
 fn me(participant: u32) -> Me {
@@ -490,7 +500,7 @@ fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
     let s0 = st.slot(0);
     let revoked = word(&st, 0).with_state(State::Revoked);
     s0.word.store(revoked.0, Relaxed);
-    assert!(super::lapped::gone(s0, st.lap(2), &p));
+    assert!(crate::core::queue::lapped::gone(s0, st.lap(2), &p));
     let passed = Word::new(st.lap(2), 0, State::Skipped, true);
     s0.word
         .compare_exchange(revoked.0, passed.0, Relaxed, Relaxed)
@@ -799,7 +809,7 @@ fn no_false_owner_died_after_a_normal_release() {
     let t1 = enqueue(&st, 1);
     // Ticket 2 is lapped (slot 0 still ticket 0's, held) and times out: a run of one.
     assert_eq!(time_out(&st, &p, 2), Err(WaitError::Timeout));
-    assert!(super::lapped::gone(st.slot(2), st.lap(2), &p));
+    assert!(crate::core::queue::lapped::gone(st.slot(2), st.lap(2), &p));
     // Ticket 0's owner dies holding: revoked, ticket 1 granted and told (rightly).
     revoke_own(&st, &p, &g0, 0).unwrap();
     let g1 = match claim::claim_granted(&st, &p, t1, &me(1)).unwrap() {
@@ -974,7 +984,7 @@ fn a_short_spin_keeps_the_cpu_and_a_bounded_file_s_spin_yields_at_once() {
 
 #[test]
 fn token_ceilings_and_first_tickets_above_them_keep_tokens_rising() {
-    use super::layout::{first_ticket_above, token_ceiling, token_of};
+    use crate::core::state::layout::{first_ticket_above, token_ceiling, token_of};
     for bound in [0u32, 1, 4, 511] {
         for next in [0u64, 1, 2, 3, 511, 512, 513, 1 << 20] {
             let ceiling = token_ceiling(bound, next);

@@ -3,12 +3,22 @@
 //! Finding 3 (one lease deadline per process, several leased grants) is fixed by a deadline per
 //! grant, in its slot, and tested through the API (`tests/kinds_review.rs`).
 
-use super::layout::{OwnedState, RecordKind};
-use super::model::ModelPlatform;
-use super::platform::{Liveness, Platform};
-use super::recover::Watch;
-use super::weighted_test_support::*;
 use super::*;
+#[allow(unused_imports)]
+use crate::core::exclusive::{advance, barge, fast};
+use crate::core::model::ModelPlatform;
+use crate::core::platform::{Liveness, Platform};
+#[allow(unused_imports)]
+use crate::core::queue::{claim, frontier, given_up, lapped, publish};
+use crate::core::robust::recover::Watch;
+#[allow(unused_imports)]
+use crate::core::robust::{cleanup, leasing, recover};
+use crate::core::state::layout::{OwnedState, RecordKind};
+#[allow(unused_imports)]
+use crate::core::state::{layout, lease, lock_word, slot_word as word};
+use crate::core::weighted_test_support::*;
+#[allow(unused_imports)]
+use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::AtomicU64;
 use crate::primitive::Ordering::Relaxed;
 use std::cell::RefCell;

@@ -3,12 +3,22 @@
 //! Scripted platform, heap state: `cargo test -p fairlock --lib review2`. (Its finding 2 — a
 //! share held while more than ~3 × 4096 laps of its slot pass — is a documented limit too.)
 
-use super::layout::{OwnedState, RecordKind};
-use super::model::ModelPlatform;
-use super::publish::publish;
-use super::recover::Watch;
-use super::weighted_test_support::*;
 use super::*;
+#[allow(unused_imports)]
+use crate::core::exclusive::{advance, barge, fast};
+use crate::core::model::ModelPlatform;
+use crate::core::queue::publish::publish;
+#[allow(unused_imports)]
+use crate::core::queue::{claim, frontier, given_up, lapped, publish};
+use crate::core::robust::recover::Watch;
+#[allow(unused_imports)]
+use crate::core::robust::{cleanup, leasing, recover};
+use crate::core::state::layout::{OwnedState, RecordKind};
+#[allow(unused_imports)]
+use crate::core::state::{layout, lease, lock_word, slot_word as word};
+use crate::core::weighted_test_support::*;
+#[allow(unused_imports)]
+use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::Ordering::Relaxed;
 
 /// R2-1. After a retake, a thread's own read lies more than `N` tickets past `head` (pinned at

@@ -2,11 +2,21 @@
 //! regression tests): who takes a ticket, what a ticket's slot says, a deadline in model time,
 //! a taker stopped between its publication and its walk, a claim.
 
-use super::layout::LockState;
-use super::model::ModelPlatform;
-use super::platform::Platform;
-use super::word::{LapRelation, relate};
 use super::{Claim, Grant, Me, State, Word, claim_granted};
+#[allow(unused_imports)]
+use crate::core::exclusive::{advance, barge, fast};
+use crate::core::model::ModelPlatform;
+use crate::core::platform::Platform;
+#[allow(unused_imports)]
+use crate::core::queue::{claim, frontier, given_up, lapped, publish};
+#[allow(unused_imports)]
+use crate::core::robust::{cleanup, leasing, recover};
+use crate::core::state::layout::LockState;
+use crate::core::state::slot_word::{LapRelation, relate};
+#[allow(unused_imports)]
+use crate::core::state::{layout, lease, lock_word, slot_word as word};
+#[allow(unused_imports)]
+use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::Ordering::Relaxed;
 
 /// Participant `participant` (thread id 100 + it), without a lease.

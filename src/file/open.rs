@@ -9,13 +9,15 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::image::initial_image;
-use super::mapping::Mapping;
-use super::readonly::ReadOnlyView;
-use super::validate::{Verdict, validate_header};
 use crate::core::Geometry;
-use crate::core::layout::{DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, RecordKind};
+use crate::core::state::layout::{
+    DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, RecordKind,
+};
 use crate::error::{Error, Result};
+use crate::file::image::initial_image;
+use crate::file::mapping::Mapping;
+use crate::file::readonly::ReadOnlyView;
+use crate::file::validate::{Verdict, validate_header};
 use crate::sys::{boot_id, fs, ofd};
 
 /// How to open or create a lock file.
@@ -88,7 +90,7 @@ fn nofollow(path: &Path) -> libc::c_int {
 }
 
 /// Opens the file for the lock (read-write), or for inspection (`read_only`).
-pub(super) fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Result<File> {
+pub(crate) fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Result<File> {
     let mut oo = OpenOptions::new();
     oo.read(true)
         .write(!read_only)
@@ -128,7 +130,7 @@ fn virtual_fs_message(kind: &str) -> &'static str {
     }
 }
 
-pub(super) fn read_verdict(file: &File, path: &Path) -> Result<Verdict> {
+pub(crate) fn read_verdict(file: &File, path: &Path) -> Result<Verdict> {
     let len = file
         .metadata()
         .map_err(|e| Error::io(path, "stat", e))?
@@ -156,7 +158,7 @@ fn judge(path: &Path, v: Verdict) -> Result<Geometry> {
 }
 
 /// The error for a verdict that is not a usable file of one lock.
-pub(super) fn judge_refusal(path: &Path, v: Verdict) -> Error {
+pub(crate) fn judge_refusal(path: &Path, v: Verdict) -> Error {
     match v {
         Verdict::Foreign => Error::NotALockFile {
             path: path.to_path_buf(),
@@ -268,7 +270,7 @@ fn check_data(path: &Path, o: &CreateOptions, g: Geometry) -> Result<()> {
 }
 
 /// The refusal of a file whose data area is `found` for a `FairMutex` of `o.data_type`.
-pub(super) fn data_mismatch(path: &Path, o: &CreateOptions, found: DataShape) -> Error {
+pub(crate) fn data_mismatch(path: &Path, o: &CreateOptions, found: DataShape) -> Error {
     let want = o.data;
     let what = if found == DataShape::NONE {
         "the file has no data area (it was created by FairLock, FairRLock or `fairlock run`)"
@@ -290,7 +292,7 @@ pub(super) fn data_mismatch(path: &Path, o: &CreateOptions, found: DataShape) ->
 /// (`None`: as long as it takes). Another fairlock holds it for the milliseconds an
 /// initialisation takes; a foreign holder — `flock(1)` on the same, still empty, file — may
 /// hold it for as long as it likes, hence the limit (`fairlock run -n` / `-w`).
-pub(super) fn lock_for_initialisation(
+pub(crate) fn lock_for_initialisation(
     file: &File,
     path: &Path,
     wait: Option<Duration>,
@@ -345,7 +347,7 @@ fn initialise_locked(
                     "a {} in a file of {} slots: permits must be 1..={}, with at least twice as many slots",
                     o.kind.describe(),
                     o.slots,
-                    crate::core::layout::MAX_PERMITS
+                    crate::core::state::layout::MAX_PERMITS
                 ),
             })?;
             initialise(file, path, g, boot, 0, Data::Zero)?;

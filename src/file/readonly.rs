@@ -7,18 +7,18 @@
 //! `base + geometry.file_size` bytes long and lives as long as `self` (shared by the views of a
 //! file's named locks); `geometry` was validated against the file's length before mapping.
 
-use crate::core::lock_word::{LockWord, full_ticket};
+use crate::core::state::lock_word::{LockWord, full_ticket};
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::core::layout::{HEADER_SIZE, PARTICIPANT_SIZE, RecordKind, SLOT_SIZE};
-use crate::core::lease::LeaseField;
-use crate::core::name_layout::{MAX_KEY_LEN, NamesGeometry, RecordState};
-use crate::core::names::owner_liveness;
+use crate::core::state::layout::{HEADER_SIZE, PARTICIPANT_SIZE, RecordKind, SLOT_SIZE};
+use crate::core::state::lease::LeaseField;
 use crate::core::{Geometry, Liveness, Word};
+use crate::names::layout::{MAX_KEY_LEN, NamesGeometry, RecordState};
+use crate::names::table::owner_liveness;
 use crate::primitive::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::sys::ofd;
 
@@ -242,7 +242,7 @@ impl ReadOnlyView {
     }
 
     /// The `beacon` field of ticket `t`'s slot (thread beacon and, in a bounded file, the
-    /// ticket's arrival count: see `core::barge`), valid for the ticket its stamp names.
+    /// ticket's arrival count: see `core::exclusive::barge`), valid for the ticket its stamp names.
     pub fn beacon_field(&self, t: u64) -> u32 {
         self.u32_at(self.slot_at(t, S_BEACON))
     }
@@ -253,10 +253,10 @@ impl ReadOnlyView {
     }
 
     /// The lease deadline (`CLOCK_MONOTONIC` ms) of ticket `t`'s `Leased` holder, if the slot's
-    /// deadline word is that ticket's (see `core::lease`).
+    /// deadline word is that ticket's (see `core::state::lease`).
     pub fn lease_deadline_ms(&self, t: u64) -> Option<u64> {
-        let lap = crate::core::word::lap_of(t, self.geometry.slot_shift());
-        crate::core::lease::Deadline(self.u64_at(self.slot_at(t, S_DEADLINE))).of(lap)
+        let lap = crate::core::state::slot_word::lap_of(t, self.geometry.slot_shift());
+        crate::core::state::lease::Deadline(self.u64_at(self.slot_at(t, S_DEADLINE))).of(lap)
     }
 
     /// Whether participant `i`'s process is alive (its beacon held), if that can be told.

@@ -1,10 +1,10 @@
 //! Header validation over a copy of the file's first bytes: pure, total, never panics.
 
 use crate::core::Geometry;
-use crate::core::layout::{
+use crate::core::state::layout::{
     DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, RecordKind, VERSION,
 };
-use crate::core::name_layout::{KIND_NAMES, NamesGeometry};
+use crate::names::layout::{KIND_NAMES, NamesGeometry};
 
 /// What the first bytes of a file say about it.
 #[derive(Debug, PartialEq, Eq)]
@@ -196,8 +196,8 @@ fn validate_names(head: &[u8], len: u64, magic: u64) -> Verdict {
 
 /// The next ticket a header's lock word (offset 64) and epoch (offset 72) name.
 fn next_ticket_at(head: &[u8]) -> u64 {
-    crate::core::lock_word::full_ticket(
-        crate::core::lock_word::LockWord(u64_at(head, 64)),
+    crate::core::state::lock_word::full_ticket(
+        crate::core::state::lock_word::LockWord(u64_at(head, 64)),
         u64_at(head, 72),
     )
 }
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn kinds_validate_and_bad_kinds_are_corrupt() {
-        use crate::core::layout::RecordKind;
+        use crate::core::state::layout::RecordKind;
         let g = Geometry::new(8, 4).unwrap();
         for kind in [
             RecordKind::RWLOCK,

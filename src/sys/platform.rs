@@ -4,10 +4,10 @@ use std::fs::File;
 use std::os::fd::AsFd;
 
 use super::{clock, futex, ofd};
-use crate::core::layout::Participant;
-use crate::core::names::owner_liveness;
 use crate::core::platform::Watched;
+use crate::core::state::layout::Participant;
 use crate::core::{Liveness, Platform};
+use crate::names::table::owner_liveness;
 use crate::primitive::AtomicU64;
 use crate::primitive::Ordering::{Acquire, Relaxed};
 
@@ -48,12 +48,12 @@ impl Owners<'_> {
     fn identity(&self, index: u32) -> Option<u64> {
         // Acquire: pairs with the claimer's compare-and-swap of the owner word.
         let word = self.record.get(index as usize)?.claim.load(Acquire);
-        let k = crate::core::name_layout::owner_of(word)?;
+        let k = crate::names::layout::owner_of(word)?;
         let process = self.processes.get(k as usize)?;
         // Acquire (all three): the claimer bumps the generation, then stores the identity
         // (Release); an identity newer than `before` makes `after` differ.
         let before = process.generation.load(Acquire);
-        if !crate::core::name_layout::same_generation(word, before) {
+        if !crate::names::layout::same_generation(word, before) {
             return None;
         }
         let identity = process.claim.load(Acquire);

@@ -1,6 +1,6 @@
 //! Files of named locks: creating and validating one, re-initialising it after a reboot,
 //! mapping it once per process, and writing a record's lock image in place. The table's
-//! algorithm is [`crate::core::names`]; the names lock and the beacons are the API layer's.
+//! algorithm is [`crate::names::table`]; the names lock and the beacons are the API layer's.
 
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -10,19 +10,21 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use super::image::initial_image;
-use super::mapping::Mapping;
-use super::open::{CreateOptions, judge_refusal, lock_for_initialisation, open_file, read_verdict};
-use super::validate::Verdict;
 use crate::core::Geometry;
-use crate::core::layout::{
+use crate::core::state::layout::{
     HEADER_SIZE, Header, MAGIC, MAGIC_PENDING, MAGIC_REINIT, Participant, RecordKind, VERSION,
 };
-use crate::core::name_layout::{
+use crate::error::{Error, Result};
+use crate::file::image::initial_image;
+use crate::file::mapping::Mapping;
+use crate::file::open::{
+    CreateOptions, judge_refusal, lock_for_initialisation, open_file, read_verdict,
+};
+use crate::file::validate::Verdict;
+use crate::names::layout::{
     KIND_NAMES, NameEntry, NamesGeometry, NamesHeader, RecordState, generation_of,
 };
-use crate::core::names::NameTable;
-use crate::error::{Error, Result};
+use crate::names::table::NameTable;
 use crate::primitive::AtomicU64;
 use crate::primitive::Ordering::{Relaxed, Release};
 use crate::sys::{boot_id, ofd};
@@ -94,8 +96,8 @@ impl NamesMap {
     pub fn record_next_ticket(&self, r: u32) -> u64 {
         // Relaxed: under the names lock; nobody takes tickets of an unused record.
         let h = self.image_header(r);
-        crate::core::lock_word::full_ticket(
-            crate::core::lock_word::LockWord(h.word.load(Relaxed)),
+        crate::core::state::lock_word::full_ticket(
+            crate::core::state::lock_word::LockWord(h.word.load(Relaxed)),
             h.epoch.load(Relaxed),
         )
     }
@@ -268,7 +270,7 @@ pub fn check_data(path: &Path, o: &CreateOptions, g: NamesGeometry) -> Result<()
     if o.data_type.is_empty() || g.record.data == o.data {
         Ok(())
     } else {
-        Err(super::open::data_mismatch(path, o, g.record.data))
+        Err(crate::file::open::data_mismatch(path, o, g.record.data))
     }
 }
 
@@ -282,7 +284,7 @@ fn initialise_locked(
 ) -> Result<NamesGeometry> {
     lock_for_initialisation(file, path, o.init_wait)?;
     let result = (|| match read_verdict(file, path)? {
-        super::validate::Verdict::Empty | super::validate::Verdict::Pending => {
+        crate::file::validate::Verdict::Empty | crate::file::validate::Verdict::Pending => {
             let g = new_geometry(o)?;
             let w = |e| Error::io(path, "initialise", e);
             file.write_all_at(
@@ -344,7 +346,8 @@ fn reinitialise(file: &File, path: &Path, g: NamesGeometry, boot: Option<[u64; 2
                     // created again, keeps its tokens rising (review of the token floor).
                     // Relaxed: nobody else uses the file.
                     let h = m.header();
-                    let ceiling = crate::core::layout::token_ceiling(1, m.record_next_ticket(r));
+                    let ceiling =
+                        crate::core::state::layout::token_ceiling(1, m.record_next_ticket(r));
                     let floor = h.token_floor.load(Relaxed);
                     h.token_floor.store(floor.max(ceiling), Relaxed);
                     e.state.store(

@@ -1,14 +1,14 @@
 //! What the holder does with its grant: release it, check it, or give it up as dead. (Lease
-//! extension is in [`crate::core::leasing`].)
+//! extension is in [`crate::core::robust::leasing`].)
 
-use super::advance::{advance, cas};
-use super::fast::{end_fast, is_fast_grant, release_fast};
-use super::layout::{LockState, Slot};
-use super::lease::Lease;
-use super::leasing::{finish_revocation, lease_of, revoked};
-use super::platform::Platform;
-use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Lost};
+use crate::core::exclusive::advance::{advance, cas};
+use crate::core::exclusive::fast::{end_fast, is_fast_grant, release_fast};
+use crate::core::platform::Platform;
+use crate::core::robust::leasing::{finish_revocation, lease_of, revoked};
+use crate::core::state::layout::{LockState, Slot};
+use crate::core::state::lease::Lease;
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{Acquire, Release};
 
 /// Our slot word if ticket `t` is still held by participant `participant`.
@@ -91,7 +91,7 @@ pub fn release_unleased_fast(
     Some(false)
 }
 
-/// The barge count of grant `g` if it is a barge (see [`super::barge`]).
+/// The barge count of grant `g` if it is a barge (see [`crate::core::exclusive::barge`]).
 #[inline]
 pub fn barge_of(g: &Grant) -> Option<u16> {
     g.is_barge().then_some(g.count)
@@ -100,7 +100,7 @@ pub fn barge_of(g: &Grant) -> Option<u16> {
 /// The rest of an unleased release after [`release_unleased_fast`] returned `outcome`
 /// (anything but `Some(true)`): a fast grant whose word changed (someone queued behind it,
 /// or it was revoked) is ended by [`end_fast`] — a barge (`barge`: its count) by
-/// [`super::barge::end_barge`]; a slot's grant is passed on by a walk.
+/// [`crate::core::exclusive::barge::end_barge`]; a slot's grant is passed on by a walk.
 #[cold]
 pub fn finish_unleased_release<P: Platform>(
     st: &LockState<'_>,
@@ -112,7 +112,7 @@ pub fn finish_unleased_release<P: Platform>(
     barge: Option<u16>,
 ) -> Result<(), Lost> {
     if let Some(count) = barge {
-        return if super::barge::end_barge(st, p, participant, count, false) {
+        return if crate::core::exclusive::barge::end_barge(st, p, participant, count, false) {
             Ok(())
         } else {
             Err(Lost)
@@ -145,7 +145,7 @@ pub fn check<P: Platform>(
     participant: u32,
 ) -> Result<(), Lost> {
     if let Some(count) = barge_of(g) {
-        return if super::barge::holds(st, participant, count) {
+        return if crate::core::exclusive::barge::holds(st, participant, count) {
             Ok(())
         } else {
             Err(Lost)
@@ -181,7 +181,7 @@ pub fn revoke_own<P: Platform>(
     participant: u32,
 ) -> Result<(), Lost> {
     if let Some(count) = barge_of(g) {
-        return if super::barge::end_barge(st, p, participant, count, true) {
+        return if crate::core::exclusive::barge::end_barge(st, p, participant, count, true) {
             Ok(())
         } else {
             Err(Lost)

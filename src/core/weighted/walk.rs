@@ -43,14 +43,14 @@
 //! `told` after granting, make a crash between them a repeated report, never a lost one.
 //! `head` goes up to the first ticket not known to be final (or given up).
 
-use super::advance::cas;
-use super::frontier::{MAX_STEPS, before, raise_head};
-use super::lapped;
-use super::layout::LockState;
-use super::leasing::{expired, take_over};
-use super::platform::{Liveness, Platform, Tuning};
-use super::recover::{Ahead, Watch};
-use super::word::{LapRelation, State, Word, relate};
+use crate::core::exclusive::advance::cas;
+use crate::core::platform::{Liveness, Platform, Tuning};
+use crate::core::queue::frontier::{MAX_STEPS, before, raise_head};
+use crate::core::queue::lapped;
+use crate::core::robust::leasing::{expired, take_over};
+use crate::core::robust::recover::{Ahead, Watch};
+use crate::core::state::layout::LockState;
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use crate::primitive::fence;
 
@@ -388,7 +388,7 @@ pub fn admits<P: Platform>(st: &LockState<'_>, p: &P, me: u64, shared: bool) -> 
     false
 }
 
-/// The weighted form of [`crate::core::recover()`]: looks at every ticket from `head` to `me`
+/// The weighted form of [`crate::core::robust::recover()`]: looks at every ticket from `head` to `me`
 /// and fixes what is stuck — a dead holder revoked, a holder whose lease expired taken over, a
 /// dead grantee or waiter skipped, a ticket taken but not published within the grace (its
 /// taker died in between) skipped — walking past live holders, since a dead one may hide
@@ -521,7 +521,7 @@ fn free_for(st: &LockState<'_>, h: u64, w: Word) -> bool {
     match relate(w.lap(), st.lap(h)) {
         LapRelation::Previous => true,
         LapRelation::Behind => {
-            super::given_up::all_given_up_between(st.slot(h), w.lap(), st.lap(h))
+            crate::core::queue::given_up::all_given_up_between(st.slot(h), w.lap(), st.lap(h))
         }
         _ => false,
     }
@@ -552,9 +552,9 @@ enum Lapped {
 fn lapped_gone<P: Platform>(st: &LockState<'_>, p: &P, h: u64, w: Word) -> Lapped {
     let slot = st.slot(h);
     let lap = st.lap(h);
-    let gone = super::given_up::given_up(slot, lap)
+    let gone = crate::core::queue::given_up::given_up(slot, lap)
         || (lapped::dead(slot, lap, p) && {
-            let _ = super::given_up::give_up(st, h);
+            let _ = crate::core::queue::given_up::give_up(st, h);
             true
         });
     if !gone {
@@ -615,9 +615,9 @@ fn fix_holder<P: Platform>(
 /// The ticket at or below `next` whose slot is `i` (of `1 << shift`) and whose lap is `lap`
 /// (modulo 2^44, as words keep it): the most recent such ticket.
 pub fn ticket_of(lap: u64, i: u64, shift: u32, next: u64) -> u64 {
-    let lap_mask = (1u64 << super::word::LAP_BITS) - 1;
+    let lap_mask = (1u64 << crate::core::state::slot_word::LAP_BITS) - 1;
     // Laps are `(t >> shift) + 1`; how many laps `lap` is behind the lap of `next`.
-    let next_lap = super::word::lap_of(next, shift);
+    let next_lap = crate::core::state::slot_word::lap_of(next, shift);
     let behind = next_lap.wrapping_sub(lap) & lap_mask;
     ((next >> shift).wrapping_sub(behind) << shift) | (i & ((1u64 << shift) - 1))
 }
@@ -816,8 +816,8 @@ mod tests {
         let w = lock(&st, &p, &me(3, false), None, &t).expect("a writer after the long read");
         release(&st, &p, &w, 3).unwrap();
     }
-    use crate::core::layout::{OwnedState, RecordKind};
     use crate::core::model::ModelPlatform;
+    use crate::core::state::layout::{OwnedState, RecordKind};
     use crate::core::weighted_test_support::{claim, me, state_of};
     use crate::core::{Me, lock, release, try_lock};
 
@@ -1032,8 +1032,8 @@ mod tests {
 #[cfg(all(test, not(loom)))]
 mod stress {
     use super::*;
-    use crate::core::layout::{OwnedState, RecordKind};
     use crate::core::model::ModelPlatform;
+    use crate::core::state::layout::{OwnedState, RecordKind};
     use crate::core::{Claim, Me, Published, claim_granted, lock, publish, release};
     use std::sync::Arc;
     use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //!
 //! # The count and the bound
 //!
-//! The lock word counts barges (`B`, modulo 2^10, [`super::lock_word`]). A taker's ticket and
+//! The lock word counts barges (`B`, modulo 2^10, [`crate::core::state::lock_word`]). A taker's ticket and
 //! the count it was taken at come from one CAS (or `fetch_add`) on that word, so every waiter
 //! knows exactly how many barges came before it; it records that *arrival* count in its
 //! slot's `beacon` field (high bits, before the `stamp` that names its ticket). A barge
@@ -48,13 +48,13 @@
 //! ([`after_claim`]). Barges publish no thread beacon: a waiter behind a barger polls its
 //! process's liveness, as behind a `FairMutex` holder.
 
-use super::advance::advance;
-use super::layout::LockState;
-use super::lock_word::{BARGES_MOD, LockWord};
-use super::platform::{Liveness, Platform, Tuning};
-use super::recover::{INTERRUPT_POLL_NS, Watch};
-use super::word::{LapRelation, State, Word, relate};
-use super::{Grant, Me};
+use crate::core::exclusive::advance::advance;
+use crate::core::platform::{Liveness, Platform, Tuning};
+use crate::core::robust::recover::{INTERRUPT_POLL_NS, Watch};
+use crate::core::state::layout::LockState;
+use crate::core::state::lock_word::{BARGES_MOD, LockWord};
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
+use crate::core::{Grant, Me};
 use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
 use crate::primitive::spin_step;
 
@@ -377,7 +377,7 @@ pub fn after_claim<P: Platform>(
         }
         if w.died() && w.queued() {
             // A dead barger's news: ours, unless another taker's CAS moved the word.
-            if !super::fast::cas_word(st, w, w.with_died(false)) {
+            if !crate::core::exclusive::fast::cas_word(st, w, w.with_died(false)) {
                 continue;
             }
         }

@@ -44,13 +44,13 @@
 //! that field value, so it sees that deadline or a later one (a later one means an extension is
 //! under way: at worst the takeover waits for it).
 
-use super::advance::{advance, cas};
-use super::layout::{LockState, Slot};
-use super::lease::{Deadline, Lease, LeaseField};
-use super::platform::Platform;
-use super::recover::Watch;
-use super::word::{LapRelation, State, Word, relate};
-use super::{Lost, Me};
+use crate::core::exclusive::advance::{advance, cas};
+use crate::core::platform::Platform;
+use crate::core::robust::recover::Watch;
+use crate::core::state::layout::{LockState, Slot};
+use crate::core::state::lease::{Deadline, Lease, LeaseField};
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
+use crate::core::{Lost, Me};
 use crate::primitive::Ordering::{AcqRel, Acquire};
 
 /// The lease field and the word of ticket `t`, loaded in that order, if the word still shows

@@ -1,14 +1,14 @@
 //! `advance`: passes the lock on. Shared by release, timeout clean-up and recovery;
 //! idempotent, and anyone may run it at any time.
 
-use super::fast::cas_word;
-use super::frontier::{MAX_STEPS, before, raise_head, step_over_later};
-use super::given_up::given_up;
-use super::lapped;
-use super::layout::{LockState, Slot};
-use super::lock_word::LockWord;
-use super::platform::Platform;
-use super::word::{LapRelation, State, Word, relate};
+use crate::core::exclusive::fast::cas_word;
+use crate::core::platform::Platform;
+use crate::core::queue::frontier::{MAX_STEPS, before, raise_head, step_over_later};
+use crate::core::queue::given_up::given_up;
+use crate::core::queue::lapped;
+use crate::core::state::layout::{LockState, Slot};
+use crate::core::state::lock_word::LockWord;
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
 use crate::primitive::fence;
 
@@ -21,7 +21,7 @@ use crate::primitive::fence;
 /// * a ticket already `Ready`, `Granted` or `Held` means someone else advanced: stop.
 ///
 /// In each case `head` is raised to that ticket. A slot reused by a later granted ticket is a
-/// jump ([`crate::core::frontier`]), so a stale `from` costs about `N` steps.
+/// jump ([`crate::core::queue::frontier`]), so a stale `from` costs about `N` steps.
 ///
 /// Tickets before `from` must all be final. `died` says the ticket before `from` was not
 /// released normally; it is carried over `Revoked` tickets (and skipped grants that carried
@@ -62,7 +62,7 @@ pub fn walk<P: Platform>(
 ) -> Walked {
     if st.is_weighted() {
         // Readers and permits: granted by weight from `head`, nothing in advance.
-        super::weighted::advance(st, p);
+        crate::core::weighted::walk::advance(st, p);
         return Walked::Stopped(None);
     }
     let may_walk = |w: LockWord, head: u64| match ending {

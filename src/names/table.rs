@@ -1,5 +1,5 @@
 //! Finding a name's record in a file of named locks: open addressing with linear probing over
-//! the records themselves (see [`crate::core::name_layout`]). No system calls here; the file
+//! the records themselves (see [`crate::names::layout`]). No system calls here; the file
 //! and API layers add the names lock, the beacons and the owner words.
 //!
 //! # The protocol
@@ -10,7 +10,7 @@
 //!   state word and checked again against it afterwards, so a record that changed name while
 //!   being read is never taken for a match.
 //! * **Open**: the opener takes a participant entry of the record (a `SeqCst` CAS of the
-//!   entry's owner word to its own, see [`crate::core::name_layout`]), then, after a `SeqCst`
+//!   entry's owner word to its own, see [`crate::names::layout`]), then, after a `SeqCst`
 //!   fence, checks that the state word is still the `Used` word it found. A reclaimer (below)
 //!   changes the word (`SeqCst`) *before* it reads the owner words (after a `SeqCst` fence):
 //!   whichever comes second sees the other (Dekker), so a name is never reclaimed under a
@@ -32,7 +32,7 @@
 //! written only under the names lock, which orders them (`Relaxed`).
 
 use crate::core::Liveness;
-use crate::core::name_layout::{
+use crate::names::layout::{
     MAX_KEY_LEN, NameEntry, RecordState, generation_of, owner_of, same_generation,
 };
 use crate::primitive::Ordering::{Acquire, Relaxed, Release, SeqCst};
@@ -100,7 +100,7 @@ pub fn write_key(e: &NameEntry, key: &[u8], hash: u64) {
     }
 }
 
-/// Whether the owner an owner word names (see [`crate::core::name_layout::owner_word`]) is
+/// Whether the owner an owner word names (see [`crate::names::layout::owner_word`]) is
 /// alive: free (0) is dead; our own entry (`me`: our file-wide entry and its generation) is
 /// alive in our generation and dead in any other (a process before us had it); another
 /// process's entry is alive while its generation is the word's and its beacon is held
@@ -308,7 +308,7 @@ pub fn begin_reclaim(t: &impl NameTable, r: u32, word: u64) -> bool {
 /// holder must be told (a reclaimed record gave the name a fresh lock, and the next holder was
 /// not: issue 28, finding 2).
 pub fn carries_news(st: &crate::core::LockState<'_>) -> bool {
-    use crate::core::word::{State, Word};
+    use crate::core::state::slot_word::{State, Word};
     let h = st.header();
     // Acquire: as a walker loads it.
     let lw = st.lock_word(Acquire);
@@ -330,9 +330,9 @@ pub fn carries_news(st: &crate::core::LockState<'_>) -> bool {
     // run of given-up tickets.)
     (0..st.slot_count()).any(|i| {
         let w = Word(st.slot(i).word.load(Acquire));
-        let t = crate::core::weighted::ticket_of(w.lap(), i, st.slot_shift(), next);
-        !crate::core::frontier::before(t, head)
-            && crate::core::frontier::before(t, next)
+        let t = crate::core::weighted::walk::ticket_of(w.lap(), i, st.slot_shift(), next);
+        !crate::core::queue::frontier::before(t, head)
+            && crate::core::queue::frontier::before(t, next)
             && match w.state() {
                 Some(State::Held | State::Revoked) => true,
                 Some(State::Granted | State::Ready | State::Skipped) => w.died(),
@@ -534,7 +534,7 @@ mod tests {
 
     #[test]
     fn owners_live_by_beacon_and_generation() {
-        use crate::core::name_layout::owner_word;
+        use crate::names::layout::owner_word;
         let me = (3, 7);
         let live = |w| owner_liveness(w, me, |_| Some(5), |_| Some(true));
         assert_eq!(live(0), Liveness::Dead);

@@ -1,17 +1,17 @@
 //! Publishing a ticket: the taker's one CAS that puts its participant (and, with a lease, the
 //! `leased` flag) into its slot — or claims the ticket at once if it was granted in advance.
 
-use super::advance::{advance, cas};
-use super::claim::{claim_cas, claimed, stamp_owner, stamp_since, wait_out_barges};
-use super::given_up::{self, GaveUp};
-use super::lapped;
-use super::layout::LockState;
-use super::lease::LeaseField;
-use super::leasing::announce;
-use super::platform::{Platform, Tuning};
-use super::recover::{Watch, recover};
-use super::word::{LapRelation, State, Word, relate};
-use super::{Grant, Me, WaitError};
+use crate::core::exclusive::advance::{advance, cas};
+use crate::core::platform::{Platform, Tuning};
+use crate::core::queue::claim::{claim_cas, claimed, stamp_owner, stamp_since, wait_out_barges};
+use crate::core::queue::given_up::{self, GaveUp};
+use crate::core::queue::lapped;
+use crate::core::robust::leasing::announce;
+use crate::core::robust::recover::{Watch, recover};
+use crate::core::state::layout::LockState;
+use crate::core::state::lease::LeaseField;
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
+use crate::core::{Grant, Me, WaitError};
 use crate::primitive::Ordering::{Acquire, SeqCst};
 use crate::primitive::fence;
 
@@ -232,7 +232,7 @@ fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool
         // The weighted kinds keep deaths in the header's counter: count this one, and the
         // word may go (waiting for a grant to pass it could wait for ever: nothing may be
         // grantable before this very ticket publishes).
-        super::weighted::count_replaced_news(st, prev);
+        crate::core::weighted::walk::count_replaced_news(st, prev);
         return true;
     }
     // Acquire: pairs with the Release raise of `head` in `advance`, made after the grant that
@@ -254,15 +254,16 @@ fn may_reuse_behind(st: &LockState<'_>, t: u64, prev: Word) -> bool {
         // the slot (retaken), and nobody wrote their `Skipped` — walks that start at `front`
         // never come back for them (see `weighted`). Ours may go once all of them are given
         // up; a death the word tells is counted first.
-        let all_given_up = super::given_up::all_given_up_between(st.slot(t), prev.lap(), st.lap(t));
+        let all_given_up =
+            crate::core::queue::given_up::all_given_up_between(st.slot(t), prev.lap(), st.lap(t));
         if all_given_up {
-            super::weighted::count_replaced_news(st, prev);
+            crate::core::weighted::walk::count_replaced_news(st, prev);
         }
         return all_given_up;
     }
     // Acquire: pairs with the Release raise of `head` by the first taker to queue.
     let head = st.header().head.load(Acquire);
-    super::frontier::before(t.wrapping_sub(st.slot_count()), head)
+    crate::core::queue::frontier::before(t.wrapping_sub(st.slot_count()), head)
 }
 
 /// What [`give_up_lapped`] came to.

@@ -1,6 +1,6 @@
 //! Opening a named lock: find (or create) the name's record in the file's table, take a
 //! participant entry of it, and make the view. The table's algorithm is
-//! [`crate::core::names`]; this adds the names lock, the beacons and the per-process cache.
+//! [`crate::names::table`]; this adds the names lock, the beacons and the per-process cache.
 //!
 //! One [`NamesFile`] per process and file: the mapping (once, however many names are open),
 //! the beacon descriptor and the process's file-wide participant entry, whose owner word every
@@ -12,13 +12,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use super::shared::{Beacon, Shared, find, note_time, open_beacon, with_open_files};
-use crate::core::layout::{Participant, RecordKind};
-use crate::core::name_layout::{MAX_KEY_LEN, RecordState, generation_of, owner_word};
-use crate::core::names::{self, LockedLookup, Lookup, NameTable};
+use crate::api::shared::{Beacon, Shared, find, note_time, open_beacon, with_open_files};
+use crate::core::state::layout::{Participant, RecordKind};
 use crate::core::{Liveness, LockState};
 use crate::error::{Error, Result};
 use crate::file::{CreateOptions, NamesMap, open_names_file};
+use crate::names::layout::{MAX_KEY_LEN, RecordState, generation_of, owner_word};
+use crate::names::table::{self, LockedLookup, Lookup, NameTable};
 use crate::primitive::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use crate::sys::ofd;
 use crate::sys::platform::Owners;
@@ -94,7 +94,7 @@ impl NamesFile {
     }
 
     /// Whether record `r`'s lock holds news of a death for its next holder (for a reclaimer
-    /// that found no live owner: see `names::carries_news`). A record whose kind cannot be
+    /// that found no live owner: see `table::carries_news`). A record whose kind cannot be
     /// read carries none that anyone could be told.
     fn record_carries_news(&self, r: u32) -> bool {
         let Some(kind) = self.map.record_kind(r) else {
@@ -102,7 +102,7 @@ impl NamesFile {
         };
         self.map
             .record_mapping(r, kind)
-            .is_some_and(|m| names::carries_news(&m.state()))
+            .is_some_and(|m| table::carries_news(&m.state()))
     }
 
     /// Whether any participant entry of record `r` has a live owner (for a reclaimer, after
@@ -238,7 +238,7 @@ fn claim_process_entry(beacon: &Beacon, map: &NamesMap, path: &Path) -> Result<(
             let generation = entry.generation.fetch_add(1, SeqCst).wrapping_add(1);
             note_time(entry, std::process::id());
             // At once: a name's waiters use it only while the generation is this claim's.
-            super::shared::publish_identity(entry);
+            crate::api::shared::publish_identity(entry);
             return Ok((j, generation));
         }
     }
@@ -300,9 +300,9 @@ pub(crate) fn open_named(path: &Path, o: &CreateOptions, key: &str) -> Result<Ar
         });
     }
     let bytes = key.as_bytes();
-    let hash = names::hash_key(bytes);
+    let hash = table::hash_key(bytes);
     loop {
-        match names::lookup(&nf.map, bytes, hash) {
+        match table::lookup(&nf.map, bytes, hash) {
             Lookup::Found { record, word } => {
                 if let Some(sh) = claim(&nf, record, word, key)? {
                     return Ok(sh);
@@ -328,7 +328,7 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
     let records = u64::from(nf.map.records());
     let mut swept = false;
     loop {
-        match names::lookup_locked(&nf.map, key, hash) {
+        match table::lookup_locked(&nf.map, key, hash) {
             LockedLookup::Found { record, word } => return Ok((record, word)),
             LockedLookup::Insert { record, was_empty } => {
                 // Relaxed (here and below): the header's counters are only touched under the
@@ -348,18 +348,19 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
                 }
                 // Tickets start where every token is above those of reclaimed records.
                 let floor = h.token_floor.load(Relaxed);
-                let first = crate::core::layout::first_ticket_above(kind.bypass_bound(), floor);
+                let first =
+                    crate::core::state::layout::first_ticket_above(kind.bypass_bound(), floor);
                 // Only a corrupt floor (or 2^55 tickets) leaves no token above it.
-                if crate::core::layout::token_of(kind.bypass_bound(), first, 0) <= floor {
+                if crate::core::state::layout::token_of(kind.bypass_bound(), first, 0) <= floor {
                     return Err(Error::Corrupt {
                         path: nf.path.clone(),
                         what: format!("the names header's token floor {floor} leaves no tokens"),
                     });
                 }
-                let generation = names::begin_create(&nf.map, record, key, hash);
+                let generation = table::begin_create(&nf.map, record, key, hash);
                 crate::crash_point!("names.creating");
                 nf.map.write_image(record, kind, first, false);
-                let word = names::publish(&nf.map, record, generation);
+                let word = table::publish(&nf.map, record, generation);
                 if was_empty {
                     h.occupied.store(occupied.saturating_add(1), Relaxed);
                 }
@@ -385,7 +386,7 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
 fn sweep(nf: &NamesFile) -> Result<()> {
     let g = nf.map.geometry();
     let h = nf.map.header();
-    let reclaimable = g.record.data == crate::core::layout::DataShape::NONE;
+    let reclaimable = g.record.data == crate::core::state::layout::DataShape::NONE;
     for r in (0..g.records).filter(|_| reclaimable) {
         // Acquire: pairs with the Release of `publish` (the record's header is read below).
         let mut word = nf.map.entry(r).state.load(Acquire);
@@ -394,12 +395,12 @@ fn sweep(nf: &NamesFile) -> Result<()> {
             // knows; checked again now.
             word = RecordState::Used.word(generation_of(word));
         }
-        if RecordState::of(word) != RecordState::Used || !names::begin_reclaim(&nf.map, r, word) {
+        if RecordState::of(word) != RecordState::Used || !table::begin_reclaim(&nf.map, r, word) {
             continue;
         }
         crate::crash_point!("names.reclaiming");
         // Anything but a clear "every owner is gone" keeps the name; so does news of a death
-        // its next holder must be told (`names::carries_news`).
+        // its next holder must be told (`table::carries_news`).
         let in_use = nf.record_in_use(r) || nf.record_carries_news(r);
         if !in_use {
             // Relaxed: under the names lock.
@@ -407,12 +408,13 @@ fn sweep(nf: &NamesFile) -> Result<()> {
             // A record whose kind cannot be read is taken for a bounded one: the higher
             // ceiling, so tokens rise whatever it was.
             let bound = nf.map.record_kind(r).map_or(1, |k| k.bypass_bound());
-            let ceiling = crate::core::layout::token_ceiling(bound, nf.map.record_next_ticket(r));
+            let ceiling =
+                crate::core::state::layout::token_ceiling(bound, nf.map.record_next_ticket(r));
             h.token_floor.store(floor.max(ceiling), Relaxed);
         }
-        names::finish_reclaim(&nf.map, r, word, in_use);
+        table::finish_reclaim(&nf.map, r, word, in_use);
     }
-    let occupied = names::compact(&nf.map);
+    let occupied = table::compact(&nf.map);
     // Relaxed: under the names lock.
     h.occupied.store(occupied, Relaxed);
     h.swept_at.store(occupied, Relaxed);

@@ -18,8 +18,8 @@
 //!
 //! Only a corrupt file could make a walk long: [`MAX_STEPS`] bounds it.
 
-use super::layout::LockState;
-use super::word::{LapRelation, State, Word, relate};
+use crate::core::state::layout::LockState;
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{Relaxed, Release};
 
 /// The most steps one walk takes (2^26): in a consistent file a walk needs about `N` steps
@@ -70,7 +70,8 @@ pub fn granted_later(h: u64, h_lap: u64, w: Word, shift: u32) -> Option<u64> {
     }
     match w.state()? {
         State::Ready | State::Granted | State::Held | State::Done | State::Revoked => {
-            let laps = w.lap().wrapping_sub(h_lap) & ((1u64 << super::word::LAP_BITS) - 1);
+            let laps = w.lap().wrapping_sub(h_lap)
+                & ((1u64 << crate::core::state::slot_word::LAP_BITS) - 1);
             Some(h.wrapping_add(laps << shift))
         }
         _ => None,
@@ -105,7 +106,7 @@ pub fn first_unfinished(
         if !before(h, next) {
             return next;
         }
-        let lap = super::word::lap_of(h, shift);
+        let lap = crate::core::state::slot_word::lap_of(h, shift);
         let w = word_of(h);
         match (relate(w.lap(), lap), w.state()) {
             (LapRelation::Same, Some(s)) if s.is_final() => h = h.wrapping_add(1),
@@ -127,7 +128,7 @@ mod tests {
     fn jumps_only_to_granted_later_tickets() {
         let shift = 2; // 4 slots
         let h = 5; // slot 1, lap 2
-        let lap = super::super::word::lap_of(h, shift);
+        let lap = crate::core::state::slot_word::lap_of(h, shift);
         for (state, jump) in [
             (State::Done, true),
             (State::Held, true),

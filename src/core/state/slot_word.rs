@@ -18,7 +18,7 @@
 //!
 //! The `leased` bit binds the slot's lease field to the ticket: the owner announces its lease in
 //! that field *before* it publishes the word with `leased` set, so whoever reads a `leased`
-//! word of lap `L` knows the lease field holds lap `L`'s lease (see [`crate::core::lease`]).
+//! word of lap `L` knows the lease field holds lap `L`'s lease (see [`crate::core::state::lease`]).
 //! A word without it says the lease field belongs to nobody current and is to be ignored.
 //!
 //! Futex waits use the low 32 bits of the word (little-endian: the first four bytes), which

@@ -2,17 +2,17 @@
 //! non-waiting forms (`try_lock`, a deadline already past), which recover what is stuck ahead
 //! before they answer.
 
-use super::advance::cas;
-use super::barge::{BEACON_MASK, barge};
-use super::claim::{Claim, claim_granted_with, stamp_since};
-use super::fast::{Taken, end_fast, take, try_fast};
-use super::layout::{LockState, Slot};
-use super::lock_word::LockWord;
-use super::platform::{Platform, Tuning, Watched};
-use super::publish::{Published, publish};
-use super::recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
-use super::word::{LapRelation, State, Word, relate};
 use super::{Grant, Me, WaitError};
+use crate::core::exclusive::advance::cas;
+use crate::core::exclusive::barge::{BEACON_MASK, barge};
+use crate::core::exclusive::fast::{Taken, end_fast, take, try_fast};
+use crate::core::platform::{Platform, Tuning, Watched};
+use crate::core::queue::claim::{Claim, claim_granted_with, stamp_since};
+use crate::core::queue::publish::{Published, publish};
+use crate::core::robust::recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
+use crate::core::state::layout::{LockState, Slot};
+use crate::core::state::lock_word::LockWord;
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{Acquire, Relaxed};
 use crate::primitive::spin_step;
 
@@ -46,7 +46,7 @@ pub fn lock<P: Platform>(
 }
 
 /// The rest of [`lock`] once the fast path failed: in a file with a bypass bound, a barge
-/// (see [`super::barge`]); else take a ticket (which may still find the lock free), publish,
+/// (see [`crate::core::exclusive::barge`]); else take a ticket (which may still find the lock free), publish,
 /// wait, claim. `first`: a ticket the caller already took (`try_lock` of
 /// a weighted kind), else one is taken here. A [`Watch`] made by [`Watch::interruptible`]
 /// gives the ticket up (as at the deadline) once its hook says so, with
@@ -134,7 +134,7 @@ pub fn lock_queued<P: Platform>(
         let with_arrival;
         let me = if st.bypass_bound() != 0 {
             with_arrival = Me {
-                beacon: super::barge::with_arrival(me.beacon, arrived),
+                beacon: crate::core::exclusive::barge::with_arrival(me.beacon, arrived),
                 ..*me
             };
             &with_arrival
@@ -256,7 +256,7 @@ fn take_free<P: Platform>(
     }
 }
 
-/// `try_lock` for a weighted kind (see [`super::weighted`]): after a recovery pass, takes a
+/// `try_lock` for a weighted kind (see [`crate::core::weighted::walk`]): after a recovery pass, takes a
 /// ticket only if it would be granted at once — everything unfinished ahead is granted and it
 /// fits next to them — and then waits with a deadline already past, so that a taker that raced
 /// in ahead makes it give the ticket up rather than wait. Never jumps the queue.
@@ -274,7 +274,9 @@ fn try_weighted<P: Platform>(
         let w = st.lock_word(Relaxed);
         let t = st.ticket_of(w);
         let ahead = recover(st, p, t, &mut watch, tuning);
-        if super::weighted::admits(st, p, t, me.shared) && super::given_up::has_room(st, t) {
+        if crate::core::weighted::walk::admits(st, p, t, me.shared)
+            && crate::core::queue::given_up::has_room(st, t)
+        {
             if !st.take_ticket_if(w) {
                 continue; // someone took it first: look again
             }
@@ -357,11 +359,11 @@ fn wait_for_grant<P: Platform>(
                 if st.is_weighted() {
                     // Ours may have been the ticket that held back those behind it (a writer
                     // behind readers): walk, so that whatever fits now is granted.
-                    super::weighted::advance(st, p);
+                    crate::core::weighted::walk::advance(st, p);
                 } else {
                     // The waiter behind us may be asleep on our beacon, which will not die:
                     // nudge it (TWA's early wake) to look again at who is ahead of it now.
-                    super::advance::wake_successor(st, p, t.wrapping_add(1));
+                    crate::core::exclusive::advance::wake_successor(st, p, t.wrapping_add(1));
                 }
                 return Err(watch.stopped());
             }
@@ -506,7 +508,7 @@ fn holder_beacon(st: &LockState<'_>, t: u64) -> Option<HolderBeacon> {
         if lw.held() && lw.queued() && u.wrapping_add(1) == head {
             return fast_holder_beacon(st, lw, u);
         }
-        if lw.held() && super::frontier::before(u, head) {
+        if lw.held() && crate::core::queue::frontier::before(u, head) {
             return None; // before the fast holder's ticket: not a queue we can read
         }
         // Relaxed: only decides where to look; `slot_beacon` re-reads with Acquire.
@@ -614,7 +616,7 @@ fn revoke_dead<P: Platform>(st: &LockState<'_>, p: &P, what: &Holding) {
             if cas(st.slot(ticket), word, word.with_state(to)) {
                 crate::crash_point!("recover.revoked");
                 if walk {
-                    super::advance::advance(st, p, ticket, false);
+                    crate::core::exclusive::advance::advance(st, p, ticket, false);
                 }
             }
         }
@@ -693,13 +695,13 @@ fn next_in_line(st: &LockState<'_>, t: u64) -> bool {
     // Relaxed: a heuristic. At or before `head`, every ticket ahead is final or the fast
     // holder's: we are first in line.
     let head = st.header().head.load(Relaxed);
-    if !super::frontier::before(head, t) {
+    if !crate::core::queue::frontier::before(head, t) {
         return true;
     }
     let limit = 4u64.min(st.slot_count() - 1);
     for k in 1..=limit {
         let u = t.wrapping_sub(k);
-        if super::frontier::before(u, head) {
+        if crate::core::queue::frontier::before(u, head) {
             return true;
         }
         // Relaxed: a heuristic (spin or park); correctness does not depend on it.

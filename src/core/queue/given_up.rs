@@ -41,8 +41,8 @@
 //! (`weighted::lapped_gone`); a pre-grant (`Ready`) or a `Skipped` written by CAS checks it by
 //! the CAS.
 
-use super::layout::{LockState, Slot};
-use super::word::{LAP_BITS, LapRelation, State, Word, relate};
+use crate::core::state::layout::{LockState, Slot};
+use crate::core::state::slot_word::{LAP_BITS, LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{AcqRel, Acquire};
 
 /// How many laps after the floor a ticket may be taken at, and so how many laps of a slot may
@@ -293,7 +293,7 @@ pub fn all_given_up_between(slot: &Slot, word_lap: u64, lap: u64) -> bool {
 
 /// Moves a `base` that fell far behind its slot's word up to the word's lap (bits of laps up to
 /// it dropped), so that laps compared modulo 2^44 never read a stale `base` as a later one. By
-/// the taker that wraps the counter, for every slot ([`super::fast::refresh_slots`]).
+/// the taker that wraps the counter, for every slot ([`crate::core::exclusive::fast::refresh_slots`]).
 pub(crate) fn refresh(slot: &Slot) {
     // Acquire: as in `give_up`.
     let cur = GivenUp(slot.given_up.load(Acquire));
@@ -363,7 +363,7 @@ mod tests {
 
     #[test]
     fn laps_between_a_word_and_a_taker() {
-        let slot = crate::core::layout::Slot::zeroed();
+        let slot = crate::core::state::layout::Slot::zeroed();
         let set = |g: GivenUp| {
             slot.given_up
                 .store(g.0, crate::primitive::Ordering::Relaxed)

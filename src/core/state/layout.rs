@@ -10,7 +10,7 @@
 //!
 //! `docs/FILE_FORMAT.md` is the contract; the assertions at the bottom keep the two in step.
 
-use crate::core::lock_word::{self, LockWord};
+use crate::core::state::lock_word::{self, LockWord};
 use crate::primitive::{AtomicU32, AtomicU64};
 
 /// `b"FAIRLOCK"` read as a little-endian `u64`: the last thing written when a file is created.
@@ -28,7 +28,7 @@ pub const MAGIC_REINIT: u64 = u64::from_le_bytes(*b"FAIRLOC!");
 pub const VERSION: u32 = 2;
 
 /// What kind of lock a file holds: every kind is a FIFO of tickets over the same slots (see
-/// [`crate::core::weighted`]); they differ in how many tickets may hold at once.
+/// [`crate::core::weighted::walk`]); they differ in how many tickets may hold at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// One holder at a time (`FairLock`, `FairRLock`, `FairMutex`). File code 0.
@@ -83,7 +83,7 @@ pub fn first_ticket_above(bound: u32, floor: u64) -> u64 {
 
 /// The largest bypass bound of an exclusive lock (`Fairness::Bounded(k)`): a barge's token
 /// carries its bypass count in the low [`TOKEN_SHIFT`] bits, and the lock word counts barges
-/// modulo 2^10 (see [`crate::core::barge`]).
+/// modulo 2^10 (see [`crate::core::exclusive::barge`]).
 pub const MAX_BYPASS: u32 = 511;
 /// The low bits of a bounded file's fencing tokens that number the barges between two grants
 /// of the queue: tokens are `(ticket + 1) · 2^9 + bypass count` (2^55 tickets before they
@@ -219,10 +219,10 @@ pub struct Header {
     /// The kernel boot id (`/proc/sys/kernel/random/boot_id`) of the boot that initialised the
     /// file; a file from another boot is re-initialised (tickets kept, so tokens keep rising).
     pub boot_id: [AtomicU64; 2],
-    /// The lock word ([`crate::core::lock_word`]): the low 40 bits of the next ticket, the
+    /// The lock word ([`crate::core::state::lock_word`]): the low 40 bits of the next ticket, the
     /// fast holder, queued mode.
     pub word: AtomicU64,
-    /// The high 25 bits of the next ticket (see [`crate::core::lock_word::full_ticket`]).
+    /// The high 25 bits of the next ticket (see [`crate::core::state::lock_word::full_ticket`]).
     pub epoch: AtomicU64,
     /// Informational: `ticket + 1` of the fast grant whose holder stamped `fast_since` and
     /// `fast_tid` (see `LockGuard::stamp_time`); never used for a decision.
@@ -253,14 +253,14 @@ pub struct Header {
     /// Type tag of the data (FNV-1a of `std::any::type_name::<T>()`), 0 without data.
     pub data_tag: AtomicU64,
     /// Weighted kinds only: deaths found so far (a holder revoked, a grant skipped), counted
-    /// by whoever passes their word first (see [`crate::core::weighted`]); 0 otherwise.
+    /// by whoever passes their word first (see [`crate::core::weighted::walk`]); 0 otherwise.
     pub deaths: AtomicU64,
     /// Weighted kinds only: the value of `deaths` the latest grant that told `owner_died`
     /// saw; a grant is told while `deaths` is ahead of it.
     pub told: AtomicU64,
     /// Weighted kinds only: a hint, every ticket before it is final or granted (never waiting
     /// or unpublished); walks start here rather than at `head` when a share held since far
-    /// back keeps `head` more than `N` tickets behind (see [`crate::core::weighted`]). 0 in
+    /// back keeps `head` more than `N` tickets behind (see [`crate::core::weighted::walk`]). 0 in
     /// other files.
     pub front: AtomicU64,
 }
@@ -285,16 +285,16 @@ pub struct Participant {
     /// generation of its claim of it), 0 if free.
     pub claim: AtomicU64,
     /// Reserved, zero. (Held a process's one lease deadline until deadlines moved into the
-    /// slots, one per grant: see [`crate::core::lease`].)
+    /// slots, one per grant: see [`crate::core::state::lease`].)
     pub reserved: AtomicU64,
 }
 
 /// One waiting-array slot, used by tickets `t ≡ i (mod N)` one lap after another.
 #[repr(C)]
 pub struct Slot {
-    /// The slot word, see [`crate::core::word`]. Every decision is a CAS on it.
+    /// The slot word, see [`crate::core::state::slot_word`]. Every decision is a CAS on it.
     pub word: AtomicU64,
-    /// Lease of the ticket using the slot, see [`crate::core::lease`].
+    /// Lease of the ticket using the slot, see [`crate::core::state::lease`].
     pub lease: AtomicU64,
     /// `ticket + 1` of the ticket whose `tid` and `since` follow (informational, for status).
     pub stamp: AtomicU64,
@@ -307,13 +307,13 @@ pub struct Slot {
     /// watches it to learn of the holder's death from the kernel.
     pub beacon: AtomicU32,
     /// The laps after the slot word's whose takers gave up before they could publish: see
-    /// [`crate::core::given_up`].
+    /// [`crate::core::queue::given_up`].
     pub given_up: AtomicU64,
     /// The lease deadline of the `Leased` holder of the ticket using the slot, tagged with its
-    /// lap: see [`crate::core::lease`].
+    /// lap: see [`crate::core::state::lease`].
     pub deadline: AtomicU64,
     /// A taker waiting for this slot while an earlier lap still uses it (advice, for spotting
-    /// a dead one at once): see [`crate::core::lapped`].
+    /// a dead one at once): see [`crate::core::queue::lapped`].
     pub lapped: [AtomicU64; 1],
 }
 
@@ -448,9 +448,9 @@ impl Geometry {
     pub fn with_data(slots: u32, participants: u32, data: DataShape) -> Option<Geometry> {
         if !slots.is_power_of_two()
             || slots < 2
-            || slots.trailing_zeros() > crate::core::word::MAX_SLOT_SHIFT
+            || slots.trailing_zeros() > crate::core::state::slot_word::MAX_SLOT_SHIFT
             || participants == 0
-            || participants > crate::core::word::MAX_PARTICIPANTS
+            || participants > crate::core::state::slot_word::MAX_PARTICIPANTS
         {
             return None;
         }
@@ -618,7 +618,7 @@ impl<'a> LockState<'a> {
     /// The lap of ticket `t`.
     #[inline]
     pub fn lap(&self, t: u64) -> u64 {
-        crate::core::word::lap_of(t, self.shift)
+        crate::core::state::slot_word::lap_of(t, self.shift)
     }
 
     /// `log2(N)`.
@@ -633,7 +633,7 @@ impl<'a> LockState<'a> {
         1u64 << self.shift
     }
 
-    /// Whether tickets are granted by weight ([`crate::core::weighted`]): a reader/writer lock
+    /// Whether tickets are granted by weight ([`crate::core::weighted::walk`]): a reader/writer lock
     /// or a semaphore. Then nothing is granted in advance and every acquisition queues.
     #[inline]
     pub fn is_weighted(&self) -> bool {
@@ -641,7 +641,7 @@ impl<'a> LockState<'a> {
     }
 
     /// The bypass bound of an exclusive lock: how many barges may overtake a waiter
-    /// (`Fairness::Bounded(k)`, see [`crate::core::barge`]); 0 for strict FIFO.
+    /// (`Fairness::Bounded(k)`, see [`crate::core::exclusive::barge`]); 0 for strict FIFO.
     #[inline]
     pub fn bypass_bound(&self) -> u32 {
         self.bound
@@ -649,7 +649,7 @@ impl<'a> LockState<'a> {
 
     /// The fencing token of `g` in this file: `ticket + 1`, or in a file with a bypass bound
     /// `(ticket + 1) · 2^9 + bypass` (barges between two queued grants: see
-    /// [`crate::core::barge`]).
+    /// [`crate::core::exclusive::barge`]).
     #[inline]
     pub fn token(&self, g: &crate::core::Grant) -> u64 {
         token_of(self.bound, g.ticket, g.bypass)
@@ -701,15 +701,15 @@ impl<'a> LockState<'a> {
     }
 
     /// Takes a ticket keeping the word's flags, whether its slot has room or not: for tests and
-    /// tools that need a ticket (a taker uses [`crate::core::fast::take`], which takes one only
-    /// with room for its giving up: see [`crate::core::given_up`]).
+    /// tools that need a ticket (a taker uses [`crate::core::exclusive::fast::take`], which takes one only
+    /// with room for its giving up: see [`crate::core::queue::given_up`]).
     ///
     /// One `fetch_add`. The carry of the ticket that wraps the counter flips the epoch's parity
     /// bit right above it, so no taker has to look first (review: with the parity elsewhere, a
     /// taker that stalled between that look and its `fetch_add` wrapped the counter without
     /// flipping it).
     pub fn take_ticket(&self) -> u64 {
-        // AcqRel: part of the word's release sequence (see `core::fast`).
+        // AcqRel: part of the word's release sequence (see `core::exclusive::fast`).
         let old = LockWord(
             self.header
                 .word
@@ -845,7 +845,7 @@ impl OwnedState {
         // path, a weighted one queued for good.
         let header = Header::zeroed();
         let relaxed = crate::primitive::Ordering::Relaxed;
-        let word = crate::core::lock_word::LockWord::initial(0, kind.is_weighted());
+        let word = crate::core::state::lock_word::LockWord::initial(0, kind.is_weighted());
         header.word.store(word.0, relaxed);
         header.kind.store(kind.code(), relaxed);
         header.permits.store(kind.permits, relaxed);

@@ -1,10 +1,10 @@
 //! Taking over a participant entry whose previous process died.
 
-use super::advance::advance;
-use super::layout::LockState;
-use super::platform::Platform;
-use super::publish::{LappedGiveUp, give_up_lapped};
-use super::word::{LapRelation, State, Word, relate};
+use crate::core::exclusive::advance::advance;
+use crate::core::platform::Platform;
+use crate::core::queue::publish::{LappedGiveUp, give_up_lapped};
+use crate::core::state::layout::LockState;
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 
 /// Our participant entry `participant` was last used by a process that died (the kernel
@@ -23,27 +23,28 @@ pub fn clean_up_participant<P: Platform>(st: &LockState<'_>, p: &P, participant:
     // Acquire: as in `fast::take`.
     let lw = st.lock_word(Acquire);
     if lw.held() && lw.barged() && lw.holder() == participant {
-        super::barge::end_barge(st, p, participant, lw.barges() as u16, true);
-    } else if let Some((t, holder)) = super::fast::fast_holder(st)
+        crate::core::exclusive::barge::end_barge(st, p, participant, lw.barges() as u16, true);
+    } else if let Some((t, holder)) = crate::core::exclusive::fast::fast_holder(st)
         && holder == participant
     {
-        super::fast::end_fast(st, p, participant, t, true);
+        crate::core::exclusive::fast::end_fast(st, p, participant, t, true);
     }
     for i in 0..st.slot_count() {
         let slot = st.slot(i);
         // A ticket the dead process took while lapped, which no word names: given up for it
         // (its lapped entry says it was the dead process's), so that the walk passes it at
         // once rather than after the grace — and never takes it for ours.
-        let laps: Vec<u64> = super::lapped::named(slot, participant).collect();
+        let laps: Vec<u64> = crate::core::queue::lapped::named(slot, participant).collect();
         for lap in laps {
-            let t = super::weighted::ticket_of(lap, i, st.slot_shift(), st.next_ticket());
+            let t =
+                crate::core::weighted::walk::ticket_of(lap, i, st.slot_shift(), st.next_ticket());
             if give_up_lapped(st, p, t, participant) == LappedGiveUp::InWord {
                 // Pre-granted meanwhile (a `Ready` word names nobody): passed on.
                 // Acquire: see `advance`.
                 let w = Word(slot.word.load(Acquire));
                 if relate(w.lap(), lap) == LapRelation::Same
                     && w.state() == Some(State::Ready)
-                    && super::advance::cas(slot, w, w.with_state(State::Skipped))
+                    && crate::core::exclusive::advance::cas(slot, w, w.with_state(State::Skipped))
                 {
                     advance(st, p, t, false);
                 }

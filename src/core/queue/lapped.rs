@@ -3,7 +3,7 @@
 //!
 //! A lapped taker of ticket `t` (its slot still used by an earlier lap) cannot publish, so its
 //! process is named nowhere a walk looks. If it gives up it says so in its slot's given-up word
-//! ([`super::given_up`]); if its process is killed it says nothing, and its ticket, once the
+//! ([`crate::core::queue::given_up`]); if its process is killed it says nothing, and its ticket, once the
 //! walk reaches it, would be pre-granted and skipped only after the grace. So it also writes
 //! `Word(lap(t), its participant, Waiting)` into the slot's `lapped` entry, if it is free, and
 //! clears it when it publishes or gives up; a walk that comes to the ticket
@@ -15,10 +15,10 @@
 //! never pass a live taker: a live process's beacon is held. They are `Relaxed`: the beacon,
 //! not the entry, decides.
 
-use super::given_up::GivenUp;
-use super::layout::Slot;
-use super::platform::{Liveness, Platform};
-use super::word::{LapRelation, State, Word, relate};
+use crate::core::platform::{Liveness, Platform};
+use crate::core::queue::given_up::GivenUp;
+use crate::core::state::layout::Slot;
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::Relaxed;
 
 /// Whether entry `r` no longer names a ticket that may come up unpublished.
@@ -82,5 +82,5 @@ pub(crate) fn named(slot: &Slot, participant: u32) -> impl Iterator<Item = u64> 
 /// once.
 #[inline]
 pub(crate) fn gone<P: Platform>(slot: &Slot, lap: u64, p: &P) -> bool {
-    super::given_up::given_up(slot, lap) || dead(slot, lap, p)
+    crate::core::queue::given_up::given_up(slot, lap) || dead(slot, lap, p)
 }

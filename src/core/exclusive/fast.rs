@@ -1,4 +1,4 @@
-//! The lock word's transitions ([`super::lock_word`]): the uncontended acquire and release (one
+//! The lock word's transitions ([`crate::core::state::lock_word`]): the uncontended acquire and release (one
 //! compare-and-swap each), taking a ticket to queue, and ending a fast grant when someone
 //! queued behind it or its holder died.
 //!
@@ -16,13 +16,13 @@
 //! * Taking a queued ticket is an `AcqRel` CAS, part of the word's release sequence; the slot
 //!   protocol orders everything after it.
 
-use super::advance::{Walked, advance, walk};
-use super::frontier::raise_head;
-use super::layout::LockState;
-use super::lock_word::{self, LockWord};
-use super::platform::Platform;
-use super::word::{LapRelation, State, Word, relate};
-use super::{Grant, Me};
+use crate::core::exclusive::advance::{Walked, advance, walk};
+use crate::core::platform::Platform;
+use crate::core::queue::frontier::raise_head;
+use crate::core::state::layout::LockState;
+use crate::core::state::lock_word::{self, LockWord};
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
+use crate::core::{Grant, Me};
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 /// The uncontended acquire: if nobody holds or queues, one CAS takes the next ticket and
@@ -105,10 +105,10 @@ pub enum Taken {
     /// The lock was free: the word granted it (no lease was asked for).
     Fast(Grant),
     /// A ticket to publish in its slot and wait for, and the barges the lock word counted
-    /// when it was taken (its arrival, for a file with a bypass bound: [`super::barge`]).
+    /// when it was taken (its arrival, for a file with a bypass bound: [`crate::core::exclusive::barge`]).
     Queued(u64, u32),
     /// No ticket: the next one (this one) would have no bit in its slot's given-up word to
-    /// say it gave up, were it to (more than [`super::given_up::WINDOW`] laps of its slot
+    /// say it gave up, were it to (more than [`crate::core::queue::given_up::WINDOW`] laps of its slot
     /// outstanding). The caller waits for room without a ticket.
     Full(u64),
 }
@@ -248,7 +248,7 @@ fn take_weighted(st: &LockState<'_>) -> Taken {
         // Acquire: see the module notes.
         let w = st.lock_word(Acquire);
         let t = st.ticket_of(w);
-        if !super::given_up::has_room(st, t) {
+        if !crate::core::queue::given_up::has_room(st, t) {
             return Taken::Full(t);
         }
         if st.take_ticket_if(w) {
@@ -266,7 +266,7 @@ fn take_weighted(st: &LockState<'_>) -> Taken {
 /// only if it has room (behind a queue; the first taker to queue always has).
 fn take_behind(st: &LockState<'_>, w: LockWord, room: bool) -> Behind {
     let t = st.ticket_of(w);
-    if room && w.queued() && !super::given_up::has_room(st, t) {
+    if room && w.queued() && !crate::core::queue::given_up::has_room(st, t) {
         return Behind::Full(t);
     }
     let to = if w.queued() {
@@ -421,7 +421,7 @@ pub(crate) fn refresh_slots(st: &LockState<'_>) {
     if st.is_weighted() {
         // Every ticket uses its slot: no word falls behind; a given-up word may.
         for i in 0..n {
-            super::given_up::refresh(st.slot(i));
+            crate::core::queue::given_up::refresh(st.slot(i));
         }
         return;
     }
@@ -441,9 +441,9 @@ pub(crate) fn refresh_slots(st: &LockState<'_>) {
         if relate(cur.lap(), lap) == LapRelation::Behind && cur.state().is_some_and(State::is_final)
         {
             let fresh = Word::new(lap.wrapping_sub(1), 0, State::Done, false);
-            let _ = super::advance::cas(slot, cur, fresh);
+            let _ = crate::core::exclusive::advance::cas(slot, cur, fresh);
         }
-        super::given_up::refresh(slot);
+        crate::core::queue::given_up::refresh(slot);
     }
     crate::crash_point!("fast.refreshed");
 }

@@ -8,15 +8,15 @@
 //! a revoked lease with a `Held` word is completed by `finish_revocation`'s rule, a revoked
 //! or skipped word is passed over by `advance`.
 
-use super::WaitError;
-use super::advance::{advance, cas};
-use super::fast::{end_fast, fast_holder};
-use super::frontier::{MAX_STEPS, before, step_over_later};
-use super::lapped;
-use super::layout::LockState;
-use super::leasing::{expired, take_over};
-use super::platform::{Liveness, Platform, Tuning};
-use super::word::{LapRelation, State, Word, relate};
+use crate::core::WaitError;
+use crate::core::exclusive::advance::{advance, cas};
+use crate::core::exclusive::fast::{end_fast, fast_holder};
+use crate::core::platform::{Liveness, Platform, Tuning};
+use crate::core::queue::frontier::{MAX_STEPS, before, step_over_later};
+use crate::core::queue::lapped;
+use crate::core::robust::leasing::{expired, take_over};
+use crate::core::state::layout::LockState;
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::Acquire;
 
 /// What a [`Watch`] times: (ticket, word, lease field) as observed.
@@ -173,7 +173,7 @@ pub enum Ahead {
 /// * a first live ticket that somebody forgot to grant (its advancer died) is granted.
 ///
 /// It goes on walking after each fix — a run of dead tickets is cleared in one pass — and
-/// starts from `head` however far behind that is (see [`crate::core::frontier`]).
+/// starts from `head` however far behind that is (see [`crate::core::queue::frontier`]).
 pub fn recover<P: Platform>(
     st: &LockState<'_>,
     p: &P,
@@ -183,7 +183,7 @@ pub fn recover<P: Platform>(
 ) -> Ahead {
     watch.new_pass();
     if st.is_weighted() {
-        return super::weighted::recover(st, p, me, watch, tuning);
+        return crate::core::weighted::walk::recover(st, p, me, watch, tuning);
     }
     // Acquire: pairs with the CAS that set `Q` (see `fast`); `head` is loaded after it.
     let mut lw = st.lock_word(Acquire);
@@ -193,7 +193,7 @@ pub fn recover<P: Platform>(
         if p.liveness(lw.holder()) != Liveness::Dead {
             return Ahead::Busy;
         }
-        if super::barge::revoke_seen(st, p, lw) {
+        if crate::core::exclusive::barge::revoke_seen(st, p, lw) {
             crate::crash_point!("recover.barge_revoked");
         }
         // Acquire: as above.

@@ -1,14 +1,14 @@
 //! Claiming a grant: the one CAS that turns a ticket's grant into a hold, and what follows it
 //! (the lease deadline, the informational stamps).
 
-use super::advance::cas;
-use super::barge::{AfterClaim, after_claim};
-use super::layout::{LockState, Slot};
-use super::leasing::commit;
-use super::platform::{Platform, Tuning};
-use super::recover::Watch;
-use super::word::{LapRelation, State, Word, relate};
-use super::{Grant, Me, WaitError};
+use crate::core::exclusive::advance::cas;
+use crate::core::exclusive::barge::{AfterClaim, after_claim};
+use crate::core::platform::{Platform, Tuning};
+use crate::core::robust::leasing::commit;
+use crate::core::robust::recover::Watch;
+use crate::core::state::layout::{LockState, Slot};
+use crate::core::state::slot_word::{LapRelation, State, Word, relate};
+use crate::core::{Grant, Me, WaitError};
 use crate::primitive::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 /// What a claim attempt came to.
@@ -35,7 +35,7 @@ pub fn claim_granted<P: Platform>(
 }
 
 /// [`claim_granted`] with the waiter's tuning (how long to spin, then poll, for a barger
-/// that took the lock ahead of our grant in a file with a bypass bound: [`super::barge`]),
+/// that took the lock ahead of our grant in a file with a bypass bound: [`crate::core::exclusive::barge`]),
 /// its deadline and its interrupt hook (a claimed grant is given back if either ends the wait
 /// for a barger: then `Err(Timeout)` or `Err(Interrupted)`).
 pub fn claim_granted_with<P: Platform>(

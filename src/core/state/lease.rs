@@ -1,6 +1,6 @@
 //! The lease field of a slot and the lease deadline of a participant: how they are encoded.
 //! (What is done with them — announcing, committing, extending, taking over — is in
-//! [`crate::core::leasing`].)
+//! [`crate::core::robust::leasing`].)
 //!
 //! # The lease field (`Slot::lease`, 64 bits)
 //!

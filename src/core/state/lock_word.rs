@@ -34,7 +34,7 @@
 //!   nothing until it has cleared `H`. The walk that finds every ticket before `counter` final
 //!   drains the queue (`Q → 0`, `D` = the died flag it carries) with one CAS on the word.
 //!
-//! * `Q = 1, H = 1, G = 1` (files with a bypass bound only, see [`super::barge`]): `head`'s
+//! * `Q = 1, H = 1, G = 1` (files with a bypass bound only, see [`crate::core::exclusive::barge`]): `head`'s
 //!   ticket is granted but not yet claimed, and a running thread took the lock ahead of it
 //!   with one CAS (`B + 1`). The grantee's claim and the barger's CAS are a Dekker pair; the
 //!   grantee waits for `H` to clear. `D` may then be set while `Q = 1`: a dead barger's news,
@@ -253,7 +253,7 @@ pub fn epoch_stale(w: LockWord, epoch: u64) -> bool {
 }
 
 /// Whether taking a ticket from `w` wraps the counter (the taker then refreshes the slots:
-/// [`crate::core::fast`]).
+/// [`crate::core::exclusive::fast`]).
 #[inline]
 pub fn wraps(w: LockWord) -> bool {
     w.counter() == COUNTER_MASK

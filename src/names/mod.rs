@@ -1,0 +1,10 @@
+//! Named locks, across the layers: many locks in one file, found by name. The table's layout
+//! and protocol (pure, over the mapping's atomics), the file that holds them, and opening a
+//! name for the API.
+
+#[cfg(not(loom))]
+pub mod file;
+pub mod layout;
+#[cfg(not(loom))]
+pub mod open;
+pub mod table;
