@@ -17,7 +17,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
 use fairlock::__internal::core::model::ModelPlatform;
-use fairlock::__internal::core::state::layout::RecordKind;
+use fairlock::__internal::core::state::RecordKind;
 use fairlock::__internal::core::state::lease::{Lease, LeaseField};
 use fairlock::__internal::core::state::slot_word::{LapRelation, relate};
 use fairlock::__internal::core::{

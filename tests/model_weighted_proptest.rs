@@ -22,11 +22,11 @@
 use std::sync::atomic::Ordering::Acquire;
 
 use fairlock::__internal::core::model::ModelPlatform;
-use fairlock::__internal::core::state::layout::RecordKind;
+use fairlock::__internal::core::state::RecordKind;
 use fairlock::__internal::core::state::slot_word::{LapRelation, relate};
 use fairlock::__internal::core::{
     Claim, Grant, Me, OwnedState, Published, State, Tuning, Watch, Word, claim_granted, publish,
-    release, try_lock, weighted::walk as weighted,
+    release, try_lock, weighted,
 };
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -215,7 +215,7 @@ impl Sim {
         if let Actor::Waiting(t, _) = self.actors[a as usize] {
             let st = self.o.view();
             let mut watch = Watch::default();
-            weighted::recover(&st, &self.p, t, &mut watch, &self.tuning);
+            weighted::recover::recover(&st, &self.p, t, &mut watch, &self.tuning);
         }
     }
 
@@ -268,7 +268,7 @@ impl Sim {
                         .compare_exchange(w.0, w.with_state(State::Abandoned).0, Acquire, Acquire)
                         .is_ok()
                 {
-                    weighted::advance(&st, &self.p);
+                    weighted::walk::advance(&st, &self.p);
                     self.actors[a as usize] = Actor::Idle;
                 }
                 // Otherwise it was granted meanwhile: the grant won the race; it claims later.

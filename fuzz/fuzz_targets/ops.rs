@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use fairlock::__internal::core::model::ModelPlatform;
-use fairlock::__internal::core::robust::recover::{Watch, recover};
+use fairlock::__internal::core::{Watch, recover};
 use fairlock::__internal::core::{
     Grant, Me, OwnedState, Platform, Tuning, advance, check, extend, lock, release, revoke_own,
     try_lock,

@@ -28,8 +28,8 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use std::time::Instant;
 
 use crate::api::shared::{Shared, note_claim, open_beacon};
-use crate::core::state::layout::{LockState, MAX_PERMITS, RecordKind};
 use crate::core::state::slot_word::{State, Word};
+use crate::core::state::{LockState, MAX_PERMITS, RecordKind};
 use crate::core::{self, Grant};
 use crate::error::{Error, Result};
 use crate::file::{Opened, open_lock_file, open_read_only};
@@ -155,7 +155,7 @@ fn ticket_of(st: &LockState<'_>, i: u32) -> Option<(u64, Word)> {
             Some(State::Waiting | State::Sleeping | State::Granted | State::Held)
         );
         (live && w.participant() == i).then(|| {
-            let t = core::weighted::walk::ticket_of(w.lap(), s, st.slot_shift(), next);
+            let t = core::state::slot_word::ticket_of(w.lap(), s, st.slot_shift(), next);
             (t, w)
         })
     })

@@ -120,7 +120,7 @@ impl<'a> LockGuard<'a> {
     /// ahead of the queue's next grant, and is 0 for grants in queue order.
     pub fn token(&self) -> u64 {
         let g = self.grant();
-        crate::core::state::layout::token_of(self.shared.bypass_bound(), g.ticket, g.bypass)
+        crate::core::state::token_of(self.shared.bypass_bound(), g.ticket, g.bypass)
     }
 
     /// In a file opened with [`Fairness::Bounded`](crate::Fairness::Bounded): how many times

@@ -91,7 +91,7 @@ fn open_view(path: &Path, create: &CreateOptions, name: Option<&str>) -> Result<
     // A view this process already had open was not checked against what we ask for.
     let (found, wanted) = (shared.geometry().kind, create.kind);
     if found != wanted {
-        let named = |k: crate::core::state::layout::RecordKind| match name {
+        let named = |k: crate::core::state::RecordKind| match name {
             Some(n) => format!("{} named {n:?}", k.describe()),
             None => k.describe(),
         };
@@ -537,7 +537,7 @@ impl FairLock {
     /// a thread several permits.
     fn refuse_reentry(&self, sh: &Shared, tid: u32) -> Result<()> {
         let st = sh.state();
-        if st.is_rwlock() && core::weighted::walk::holds_already(&st, sh.participant, tid) {
+        if st.is_rwlock() && core::weighted::admit::holds_already(&st, sh.participant, tid) {
             return Err(Error::WouldDeadlock {
                 path: sh.path.clone(),
             });

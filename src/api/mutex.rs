@@ -12,7 +12,7 @@ use bytemuck::Pod;
 use crate::FairLock;
 use crate::api::guard::LockGuard;
 use crate::api::options::OpenOptions;
-use crate::core::state::layout::DataShape;
+use crate::core::state::DataShape;
 use crate::error::{Error, Result};
 
 /// A strictly fair, crash-robust lock that guards a value of type `T` kept **in the lock

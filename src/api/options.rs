@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::Tuning;
-use crate::core::state::layout::{DataShape, MAX_BYPASS, MAX_PERMITS, RecordKind};
+use crate::core::state::{DataShape, MAX_BYPASS, MAX_PERMITS, RecordKind};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
 use crate::{FairLock, FairMutex, FairRLock, FairRwLock, FairSemaphore};
@@ -324,14 +324,14 @@ impl OpenOptions {
 
     fn check(&self) -> Result<()> {
         let k = self.create.kind.bypass_bound();
-        if self.create.kind.kind == crate::core::state::layout::Kind::Exclusive
+        if self.create.kind.kind == crate::core::state::Kind::Exclusive
             && (k > MAX_BYPASS || (self.bounded && k == 0))
         {
             return Err(Error::InvalidOption {
                 what: format!("Fairness::Bounded({k}): the bound must be 1..={MAX_BYPASS}"),
             });
         }
-        if self.bounded && self.create.kind.kind != crate::core::state::layout::Kind::Exclusive {
+        if self.bounded && self.create.kind.kind != crate::core::state::Kind::Exclusive {
             return Err(Error::InvalidOption {
                 what: format!(
                     "Fairness::Bounded for a {}: only exclusive locks take a bypass bound",
@@ -361,7 +361,7 @@ impl OpenOptions {
                 c.participants = DEFAULT_NAMED_PARTICIPANTS;
             }
         }
-        if c.kind.kind == crate::core::state::layout::Kind::Semaphore {
+        if c.kind.kind == crate::core::state::Kind::Semaphore {
             c.slots = c.slots.max(c.kind.min_slots());
         }
         c

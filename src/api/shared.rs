@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::core::state::layout::Participant;
+use crate::core::state::Participant;
 use crate::core::{self, LockState};
 use crate::error::{Error, Result};
 use crate::file::{CreateOptions, Mapping, open_lock_file};

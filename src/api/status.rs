@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use crate::api::options::Fairness;
 use crate::core::queue::frontier::{before, first_unfinished};
-use crate::core::state::layout::{Kind, RecordKind};
 use crate::core::state::lease::Lease;
+use crate::core::state::slot_word::ticket_of;
 use crate::core::state::slot_word::{LapRelation, lap_of, relate};
-use crate::core::weighted::walk::ticket_of;
+use crate::core::state::{Kind, RecordKind};
 use crate::core::{Liveness, State};
 use crate::error::Result;
 use crate::file::{ReadOnlyView, open_read_only};
@@ -124,7 +124,7 @@ impl Status {
     pub fn token(&self) -> u64 {
         let bound = self.fairness.bypass_bound().unwrap_or(0);
         self.holder.as_ref().map_or(
-            crate::core::state::layout::token_of(bound, self.next_ticket, 0),
+            crate::core::state::token_of(bound, self.next_ticket, 0),
             |h| h.token,
         )
     }
@@ -224,7 +224,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         };
         let info = TicketInfo {
             ticket: t,
-            token: crate::core::state::layout::token_of(g.kind.bypass_bound(), t, bypass),
+            token: crate::core::state::token_of(g.kind.bypass_bound(), t, bypass),
             state: State::Held.name(),
             pid: v.pid(lw.holder()).filter(|pid| *pid != 0),
             tid: stamped.then_some(tid),
@@ -279,7 +279,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
         };
         let info = TicketInfo {
             ticket: t,
-            token: crate::core::state::layout::token_of(g.kind.bypass_bound(), t, 0),
+            token: crate::core::state::token_of(g.kind.bypass_bound(), t, 0),
             state: state.name(),
             pid,
             tid: stamped.then_some(tid),

@@ -3,16 +3,17 @@
 //! before they answer.
 
 use super::{Grant, Me, WaitError};
-use crate::core::exclusive::advance::cas;
 use crate::core::exclusive::barge::{BEACON_MASK, barge};
-use crate::core::exclusive::fast::{Taken, end_fast, take, try_fast};
+use crate::core::exclusive::fast::{self, Taken, end_fast, try_fast};
 use crate::core::platform::{Platform, Tuning, Watched};
 use crate::core::queue::claim::{Claim, claim_granted_with, stamp_since};
 use crate::core::queue::publish::{Published, publish};
-use crate::core::robust::recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
-use crate::core::state::layout::{LockState, Slot};
+use crate::core::queue::watch::{Ahead, INTERRUPT_POLL_NS, Watch};
+use crate::core::robust::recover::recover;
+use crate::core::state::format::cas;
 use crate::core::state::lock_word::LockWord;
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
+use crate::core::state::{LockState, Slot};
 use crate::primitive::Ordering::{Acquire, Relaxed};
 use crate::primitive::spin_step;
 
@@ -21,6 +22,18 @@ use crate::primitive::spin_step;
 /// taking its ticket and publishing it (or, with a lease, between its grant and its claim),
 /// so a handful of retries is already extraordinary.
 const MAX_RETAKES: u32 = 1000;
+
+/// Takes a ticket for `me`: an exclusive lock's from its word ([`fast::take`]: granted at once
+/// if the lock is free), a weighted lock's always to queue with
+/// ([`crate::core::weighted::admit::take`]).
+#[inline]
+pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
+    if st.is_weighted() {
+        crate::core::weighted::admit::take(st)
+    } else {
+        fast::take(st, p, me)
+    }
+}
 
 /// Acquires the lock: takes it from the lock word if it is free (one CAS), else takes a
 /// ticket and waits for its grant, until `deadline` (on [`Platform::now_ns`]'s clock) if
@@ -274,7 +287,7 @@ fn try_weighted<P: Platform>(
         let w = st.lock_word(Relaxed);
         let t = st.ticket_of(w);
         let ahead = recover(st, p, t, &mut watch, tuning);
-        if crate::core::weighted::walk::admits(st, p, t, me.shared)
+        if crate::core::weighted::admit::admits(st, p, t, me.shared)
             && crate::core::queue::given_up::has_room(st, t)
         {
             if !st.take_ticket_if(w) {

@@ -10,14 +10,15 @@ use crate::core::exclusive::{advance, barge, fast};
 use crate::core::model::ModelPlatform;
 use crate::core::queue::claim::{Claim, claim_granted_with};
 use crate::core::queue::publish::{Published, publish};
+use crate::core::queue::watch::Watch;
 #[allow(unused_imports)]
 use crate::core::queue::{claim, frontier, given_up, lapped, publish};
-use crate::core::robust::recover::{Watch, recover};
+use crate::core::robust::recover::recover;
 #[allow(unused_imports)]
 use crate::core::robust::{cleanup, leasing, recover};
-use crate::core::state::layout::{OwnedState, RecordKind};
 #[allow(unused_imports)]
-use crate::core::state::{layout, lease, lock_word, slot_word as word};
+use crate::core::state::{self as layout, lease, lock_word, slot_word as word};
+use crate::core::state::{OwnedState, RecordKind};
 #[allow(unused_imports)]
 use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::Ordering::Relaxed;

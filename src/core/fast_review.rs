@@ -13,7 +13,7 @@ use crate::core::queue::{claim, frontier, given_up, lapped, publish};
 #[allow(unused_imports)]
 use crate::core::robust::{cleanup, leasing, recover};
 #[allow(unused_imports)]
-use crate::core::state::{layout, lease, lock_word, slot_word as word};
+use crate::core::state::{self as layout, lease, lock_word, slot_word as word};
 #[allow(unused_imports)]
 use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::AtomicU64;
@@ -226,7 +226,11 @@ fn a_walk_does_not_carry_a_drained_queues_news_into_the_next_queue() {
         let w = st.lock_word(Acquire);
         let t = st.ticket_of(w);
         frontier::raise_head(&st, t);
-        assert!(fast::cas_word(&st, w, w.taken().with_queued()));
+        assert!(crate::core::state::lock_state::cas_word(
+            &st,
+            w,
+            w.taken().with_queued()
+        ));
     });
     p.inner.set_dead(3, true);
     // P2's thread panics while holding ticket 1: revoked, and the walk (A) begins.

@@ -2,8 +2,8 @@
 //! far from the counter's wrap, a CAS near it). Failed on the code as reviewed; fixed by
 //! putting the epoch's parity right above the counter, where the carry flips it.
 
-use crate::core::state::layout::{self, OwnedState};
 use crate::core::state::lock_word::{self, LockWord};
+use crate::core::state::{self as layout, OwnedState};
 use crate::primitive::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};

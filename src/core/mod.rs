@@ -87,18 +87,19 @@ mod weighted_review2;
 #[cfg(all(test, not(loom)))]
 mod weighted_test_support;
 
-pub use acquire::{lock, lock_queued, lock_watched, try_lock};
+pub use acquire::{lock, lock_queued, lock_watched, take, try_lock};
 pub use exclusive::advance::advance;
-pub use exclusive::fast::{Taken, end_fast, release_fast, take, try_fast};
+pub use exclusive::fast::{Taken, end_fast, release_fast, try_fast};
 pub use platform::{Liveness, Platform, Tuning};
 pub use queue::claim::{Claim, claim_granted};
 pub use queue::publish::{LappedGiveUp, Look, Published, give_up_lapped, publish, publish_once};
+pub use queue::watch::{Ahead, INTERRUPT_POLL_NS, Watch};
 pub use release::{check, finish_unleased_release, release, release_unleased_fast, revoke_own};
 pub use robust::cleanup::clean_up_participant;
 pub use robust::leasing::extend;
-pub use robust::recover::{Ahead, INTERRUPT_POLL_NS, Watch, recover};
-pub use state::layout::{Geometry, LockState, OwnedState};
+pub use robust::recover::recover;
 pub use state::slot_word::{State, Word};
+pub use state::{Geometry, LockState, OwnedState};
 
 /// Who is taking a ticket.
 #[derive(Clone, Copy, Debug)]

@@ -2,13 +2,14 @@
 //! extension is in [`crate::core::robust::leasing`].)
 
 use super::{Grant, Lost};
-use crate::core::exclusive::advance::{advance, cas};
+use crate::core::exclusive::advance::advance;
 use crate::core::exclusive::fast::{end_fast, is_fast_grant, release_fast};
 use crate::core::platform::Platform;
 use crate::core::robust::leasing::{finish_revocation, lease_of, revoked};
-use crate::core::state::layout::{LockState, Slot};
+use crate::core::state::format::cas;
 use crate::core::state::lease::Lease;
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
+use crate::core::state::{LockState, Slot};
 use crate::primitive::Ordering::{Acquire, Release};
 
 /// Our slot word if ticket `t` is still held by participant `participant`.

@@ -10,7 +10,7 @@ use crate::core::queue::{claim, frontier, given_up, lapped, publish};
 use crate::core::robust::{cleanup, leasing, recover};
 use crate::core::state::slot_word::{LapRelation, relate};
 #[allow(unused_imports)]
-use crate::core::state::{layout, lease, lock_word, slot_word as word};
+use crate::core::state::{self as layout, lease, lock_word, slot_word as word};
 #[allow(unused_imports)]
 use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::Ordering::Relaxed;
@@ -47,7 +47,7 @@ fn hold_in_slot(st: &LockState<'_>, p: &ModelPlatform, participant: u32) -> Gran
         None,
         &Tuning::default(),
         Some(t),
-        recover::Watch::default(),
+        Watch::default(),
     )
     .unwrap();
     assert!(!g.fast);
@@ -64,7 +64,7 @@ fn time_out<P: Platform>(st: &LockState<'_>, p: &P, participant: u32) -> Result<
         Some(0),
         &Tuning::default(),
         None,
-        recover::Watch::default(),
+        Watch::default(),
     )
 }
 
@@ -116,7 +116,7 @@ fn dead_holder_is_revoked_and_next_is_told() {
     let g = hold_in_slot(&st, &p, 1);
     let t = enqueue(&st, 2);
     p.set_dead(1, true);
-    let mut watch = recover::Watch::default();
+    let mut watch = Watch::default();
     recover::recover(&st, &p, t, &mut watch, &Tuning::default());
     assert_eq!(state_of(&st, g.ticket), Some(State::Revoked));
     let w = word(&st, t);
@@ -137,13 +137,7 @@ fn dead_waiter_is_skipped() {
     release(&st, &p, &g, 1).unwrap();
     // The release granted the dead waiter; the next one's recovery skips it.
     assert_eq!(state_of(&st, dead), Some(State::Granted));
-    recover::recover(
-        &st,
-        &p,
-        live,
-        &mut recover::Watch::default(),
-        &Tuning::default(),
-    );
+    recover::recover(&st, &p, live, &mut Watch::default(), &Tuning::default());
     assert_eq!(state_of(&st, dead), Some(State::Skipped));
     assert_eq!(state_of(&st, live), Some(State::Granted));
 }
@@ -157,7 +151,7 @@ fn unclaimed_pre_grant_is_skipped_after_the_grace_only() {
     // Ticket 0 is taken but its taker "dies" before claiming the advance grant.
     let t0 = fast::take_queued(&st, &p);
     let t1 = enqueue(&st, 2);
-    let mut watch = recover::Watch::default();
+    let mut watch = Watch::default();
     recover::recover(&st, &p, t1, &mut watch, &tuning);
     assert_eq!(state_of(&st, t0), Some(State::Ready));
     p.advance(tuning.grace_ns - 1);
@@ -199,7 +193,7 @@ fn lease_takeover_beats_a_late_extend_and_tokens_rise() {
     let g = lock(&st, &p, &leased, None, &tuning).unwrap();
     assert!(g.leased);
     let t = enqueue(&st, 2);
-    let mut watch = recover::Watch::default();
+    let mut watch = Watch::default();
     recover::recover(&st, &p, t, &mut watch, &tuning);
     assert_eq!(
         state_of(&st, g.ticket),
@@ -296,7 +290,7 @@ fn garbage_words_never_panic() {
             &st,
             &p,
             x.rotate_left(11),
-            &mut recover::Watch::default(),
+            &mut Watch::default(),
             &Tuning::default(),
         );
     }
@@ -313,7 +307,7 @@ fn taker_skipped_after_the_grace_queues_again() {
     let tuning = Tuning::default();
     let stalled = fast::take_queued(&st, &p);
     let t1 = enqueue(&st, 2);
-    let mut watch = recover::Watch::default();
+    let mut watch = Watch::default();
     recover::recover(&st, &p, t1, &mut watch, &tuning);
     p.advance(tuning.grace_ns);
     recover::recover(&st, &p, t1, &mut watch, &tuning);
@@ -334,7 +328,7 @@ fn taker_skipped_after_the_grace_queues_again() {
         deadline,
         &tuning,
         Some(stalled),
-        recover::Watch::default(),
+        Watch::default(),
     )
     .unwrap();
     assert!(
@@ -397,7 +391,7 @@ fn fast_release_changes_nothing_when_the_grant_is_not_ours() {
     let g = lock(&st, &p, &me(1), None, &Tuning::default()).unwrap();
     let t = enqueue(&st, 2);
     p.set_dead(1, true);
-    let mut watch = recover::Watch::default();
+    let mut watch = Watch::default();
     recover::recover(&st, &p, t, &mut watch, &Tuning::default());
     assert!(!st.lock_word(Relaxed).held());
     assert_eq!(state_of(&st, t), Some(State::Granted));
@@ -469,7 +463,7 @@ fn recover_clears_a_run_of_dead_tickets_in_one_pass() {
     for i in 1..=4 {
         p.set_dead(i, true);
     }
-    let mut watch = recover::Watch::default();
+    let mut watch = Watch::default();
     recover::recover(&st, &p, live, &mut watch, &Tuning::default());
     assert_eq!(state_of(&st, g.ticket), Some(State::Revoked));
     for t in dead_waiters {
@@ -580,16 +574,16 @@ fn a_storm_of_lapped_timeouts_costs_no_grace() {
     };
     release(&st, &p, &g1, 1).unwrap();
     let next = st.next_ticket();
-    let mut watch = recover::Watch::default();
+    let mut watch = Watch::default();
     let mut graces = 0;
     loop {
         match recover::recover(&st, &p, next, &mut watch, &t) {
-            recover::Ahead::Unclaimed(_) => {
+            Ahead::Unclaimed(_) => {
                 p.advance(t.grace_ns);
                 graces += 1;
             }
-            recover::Ahead::Clear => break,
-            recover::Ahead::Busy => panic!("busy"),
+            Ahead::Clear => break,
+            Ahead::Busy => panic!("busy"),
         }
         assert!(graces < 100);
     }
@@ -630,7 +624,7 @@ fn given_up_tickets_between_live_lapped_ones_cost_no_grace() {
         // The given-up ticket before `tk` is passed; `tk` is pre-granted, and its taker claims
         // it at its next poll.
         assert_eq!(state_of(&st, tk), Some(State::Ready), "ticket {tk}");
-        let mut watch = recover::Watch::default();
+        let mut watch = Watch::default();
         held = match publish(&st, &p, tk, &me(2), None, &t, &mut watch).unwrap() {
             Published::Held(g) => g,
             _ => panic!("ticket {tk}: not pre-granted"),
@@ -640,8 +634,8 @@ fn given_up_tickets_between_live_lapped_ones_cost_no_grace() {
     release(&st, &p, &held, holder).unwrap();
     let next = st.next_ticket();
     assert_eq!(
-        recover::recover(&st, &p, next, &mut recover::Watch::default(), &t),
-        recover::Ahead::Clear
+        recover::recover(&st, &p, next, &mut Watch::default(), &t),
+        Ahead::Clear
     );
     let g = try_lock(&st, &p, &me(4), &t).unwrap().expect("idle");
     assert!(g.fast && !g.died);
@@ -704,10 +698,10 @@ fn a_later_give_up_never_passes_a_live_pre_grant() {
         !given_up::given_up(st.slot(t2), st.lap(t2)),
         "ticket 2 did not give up"
     );
-    let mut watch = recover::Watch::default();
+    let mut watch = Watch::default();
     assert!(matches!(
         recover::recover(&st, &p, st.next_ticket(), &mut watch, &t),
-        recover::Ahead::Unclaimed(_)
+        Ahead::Unclaimed(_)
     ));
     assert_eq!(state_of(&st, t2), Some(State::Ready), "still ticket 2's");
     let g2 = match publish(&st, &p, t2, &me(2), None, &t, &mut watch).unwrap() {
@@ -759,7 +753,7 @@ fn no_ticket_without_room_for_its_giving_up() {
         "slot 0's next lap still waits for ticket 2 to publish"
     );
     // Ticket 2's taker publishes (it was lapped by ticket 0): slot 0's word moves on.
-    let mut watch = recover::Watch::default();
+    let mut watch = Watch::default();
     assert!(matches!(
         publish(&st, &p, 2, &me(2), None, &t, &mut watch).unwrap(),
         Published::Waiting(_)
@@ -984,7 +978,7 @@ fn a_short_spin_keeps_the_cpu_and_a_bounded_file_s_spin_yields_at_once() {
 
 #[test]
 fn token_ceilings_and_first_tickets_above_them_keep_tokens_rising() {
-    use crate::core::state::layout::{first_ticket_above, token_ceiling, token_of};
+    use crate::core::state::{first_ticket_above, token_ceiling, token_of};
     for bound in [0u32, 1, 4, 511] {
         for next in [0u64, 1, 2, 3, 511, 512, 513, 1 << 20] {
             let ceiling = token_ceiling(bound, next);
@@ -1078,7 +1072,7 @@ fn a_stalled_extend_never_overwrites_a_later_ticket_s_deadline() {
             q.advance(10_000_000_000);
             p.advance(10_000_000_000);
             // Its lease ran out: taken over by the next taker's recovery.
-            let mut watch = recover::Watch::default();
+            let mut watch = Watch::default();
             let _ = recover::recover(&st, &p, st.next_ticket(), &mut watch, &t);
             // Leased grants until one uses slot 0 again (a later lap): that one is kept.
             loop {
@@ -1121,7 +1115,7 @@ fn cleanup_gives_up_every_lapped_ticket_of_the_dead_process() {
     let fast::Taken::Queued(t1, _) = fast::take(&st, &p, &me(1)) else {
         panic!()
     };
-    let mut w = recover::Watch::default();
+    let mut w = Watch::default();
     assert!(matches!(
         publish(&st, &p, t1, &me(1), None, &t, &mut w),
         Ok(Published::Waiting(_))
@@ -1131,7 +1125,7 @@ fn cleanup_gives_up_every_lapped_ticket_of_the_dead_process() {
         let fast::Taken::Queued(tk, _) = fast::take(&st, &p, &me(who)) else {
             panic!()
         };
-        let mut w = recover::Watch::default();
+        let mut w = Watch::default();
         assert!(matches!(
             publish::publish_once(&st, &p, tk, &me(who), None, &t, &mut w),
             Ok(publish::Look::Lapped)

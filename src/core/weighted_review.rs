@@ -8,14 +8,14 @@ use super::*;
 use crate::core::exclusive::{advance, barge, fast};
 use crate::core::model::ModelPlatform;
 use crate::core::platform::{Liveness, Platform};
+use crate::core::queue::watch::Watch;
 #[allow(unused_imports)]
 use crate::core::queue::{claim, frontier, given_up, lapped, publish};
-use crate::core::robust::recover::Watch;
 #[allow(unused_imports)]
 use crate::core::robust::{cleanup, leasing, recover};
-use crate::core::state::layout::{OwnedState, RecordKind};
 #[allow(unused_imports)]
-use crate::core::state::{layout, lease, lock_word, slot_word as word};
+use crate::core::state::{self as layout, lease, lock_word, slot_word as word};
+use crate::core::state::{OwnedState, RecordKind};
 use crate::core::weighted_test_support::*;
 #[allow(unused_imports)]
 use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};

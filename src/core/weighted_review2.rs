@@ -8,14 +8,14 @@ use super::*;
 use crate::core::exclusive::{advance, barge, fast};
 use crate::core::model::ModelPlatform;
 use crate::core::queue::publish::publish;
+use crate::core::queue::watch::Watch;
 #[allow(unused_imports)]
 use crate::core::queue::{claim, frontier, given_up, lapped, publish};
-use crate::core::robust::recover::Watch;
 #[allow(unused_imports)]
 use crate::core::robust::{cleanup, leasing, recover};
-use crate::core::state::layout::{OwnedState, RecordKind};
 #[allow(unused_imports)]
-use crate::core::state::{layout, lease, lock_word, slot_word as word};
+use crate::core::state::{self as layout, lease, lock_word, slot_word as word};
+use crate::core::state::{OwnedState, RecordKind};
 use crate::core::weighted_test_support::*;
 #[allow(unused_imports)]
 use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
@@ -39,7 +39,7 @@ fn review2_holds_already_finds_a_read_beyond_n_tickets_of_head() {
     let mine = lock(&st, &p, &me(2, true), in_ms(&p, 10), &t).unwrap();
     assert_eq!(mine.ticket, 5);
     assert!(
-        weighted::holds_already(&st, 2, 102),
+        crate::core::weighted::admit::holds_already(&st, 2, 102),
         "participant 2 / tid 102 holds ticket 5, not found (head {})",
         st.header().head.load(Relaxed)
     );

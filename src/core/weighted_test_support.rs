@@ -11,10 +11,10 @@ use crate::core::platform::Platform;
 use crate::core::queue::{claim, frontier, given_up, lapped, publish};
 #[allow(unused_imports)]
 use crate::core::robust::{cleanup, leasing, recover};
-use crate::core::state::layout::LockState;
+use crate::core::state::LockState;
 use crate::core::state::slot_word::{LapRelation, relate};
 #[allow(unused_imports)]
-use crate::core::state::{layout, lease, lock_word, slot_word as word};
+use crate::core::state::{self as layout, lease, lock_word, slot_word as word};
 #[allow(unused_imports)]
 use crate::core::{acquire as wait, release as holder, weighted::walk as weighted};
 use crate::primitive::Ordering::Relaxed;

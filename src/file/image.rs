@@ -1,9 +1,9 @@
 //! The initial contents of a lock file, built in memory and written in one go.
 
 use crate::core::Geometry;
-use crate::core::state::layout::{HEADER_SIZE, SLOT_SIZE, VERSION};
 use crate::core::state::lock_word::{COUNTER_BITS, LockWord};
 use crate::core::state::slot_word::{State, Word, lap_of};
+use crate::core::state::{HEADER_SIZE, SLOT_SIZE, VERSION};
 
 /// The bytes of a freshly initialised lock state — header, participants, slots; not the data
 /// area, which the caller keeps or zeroes — with `magic` as its magic: `MAGIC_PENDING`, or

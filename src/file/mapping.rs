@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::core::state::layout::{Header, Participant, Slot};
+use crate::core::state::{Header, Participant, Slot};
 use crate::core::{Geometry, LockState};
 
 /// A lock file mapped shared.

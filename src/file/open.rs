@@ -10,9 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::core::Geometry;
-use crate::core::state::layout::{
-    DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, RecordKind,
-};
+use crate::core::state::{DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, RecordKind};
 use crate::error::{Error, Result};
 use crate::file::image::initial_image;
 use crate::file::mapping::Mapping;
@@ -347,7 +345,7 @@ fn initialise_locked(
                     "a {} in a file of {} slots: permits must be 1..={}, with at least twice as many slots",
                     o.kind.describe(),
                     o.slots,
-                    crate::core::state::layout::MAX_PERMITS
+                    crate::core::state::MAX_PERMITS
                 ),
             })?;
             initialise(file, path, g, boot, 0, Data::Zero)?;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::core::state::layout::{HEADER_SIZE, PARTICIPANT_SIZE, RecordKind, SLOT_SIZE};
 use crate::core::state::lease::LeaseField;
+use crate::core::state::{HEADER_SIZE, PARTICIPANT_SIZE, RecordKind, SLOT_SIZE};
 use crate::core::{Geometry, Liveness, Word};
 use crate::names::layout::{MAX_KEY_LEN, NamesGeometry, RecordState};
 use crate::names::table::owner_liveness;

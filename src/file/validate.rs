@@ -1,7 +1,7 @@
 //! Header validation over a copy of the file's first bytes: pure, total, never panics.
 
 use crate::core::Geometry;
-use crate::core::state::layout::{
+use crate::core::state::{
     DataShape, HEADER_SIZE, MAGIC, MAGIC_PENDING, MAGIC_REINIT, RecordKind, VERSION,
 };
 use crate::names::layout::{KIND_NAMES, NamesGeometry};
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn kinds_validate_and_bad_kinds_are_corrupt() {
-        use crate::core::state::layout::RecordKind;
+        use crate::core::state::RecordKind;
         let g = Geometry::new(8, 4).unwrap();
         for kind in [
             RecordKind::RWLOCK,

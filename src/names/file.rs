@@ -11,7 +11,7 @@ use std::sync::Arc;
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::core::Geometry;
-use crate::core::state::layout::{
+use crate::core::state::{
     HEADER_SIZE, Header, MAGIC, MAGIC_PENDING, MAGIC_REINIT, Participant, RecordKind, VERSION,
 };
 use crate::error::{Error, Result};
@@ -346,8 +346,7 @@ fn reinitialise(file: &File, path: &Path, g: NamesGeometry, boot: Option<[u64; 2
                     // created again, keeps its tokens rising (review of the token floor).
                     // Relaxed: nobody else uses the file.
                     let h = m.header();
-                    let ceiling =
-                        crate::core::state::layout::token_ceiling(1, m.record_next_ticket(r));
+                    let ceiling = crate::core::state::token_ceiling(1, m.record_next_ticket(r));
                     let floor = h.token_floor.load(Relaxed);
                     h.token_floor.store(floor.max(ceiling), Relaxed);
                     e.state.store(

@@ -23,11 +23,11 @@
 //! ([`owner_word`]). The owner is alive while beacon `j` is held *and* entry `j`'s generation
 //! is still the one recorded (a later process claiming `j` bumps it).
 //!
-//! [`Participant::claim`]: crate::core::state::layout::Participant::claim
+//! [`Participant::claim`]: crate::core::state::Participant::claim
 //!
 //! `docs/FILE_FORMAT.md` is the contract; the assertions at the bottom keep the two in step.
 
-use crate::core::state::layout::{Geometry, HEADER_SIZE, PARTICIPANT_SIZE};
+use crate::core::state::{Geometry, HEADER_SIZE, PARTICIPANT_SIZE};
 use crate::primitive::{AtomicU32, AtomicU64};
 
 /// The header's `kind` code of a file of named locks (a file of one lock has 0, 1 or 2).
@@ -38,7 +38,7 @@ pub const MAX_KEY_LEN: usize = 255;
 pub const MAX_RECORDS: u32 = 1 << 20;
 
 /// The header of a file of named locks. The fields up to `boot_id` have the offsets of
-/// [`crate::core::state::layout::Header`]'s, so that one validator reads both.
+/// [`crate::core::state::Header`]'s, so that one validator reads both.
 #[repr(C)]
 pub struct NamesHeader {
     /// `MAGIC` once initialised (the same magics as a file of one lock).
@@ -64,9 +64,9 @@ pub struct NamesHeader {
     /// The boot id of the boot that initialised the file (as in a file of one lock).
     pub boot_id: [AtomicU64; 2],
     /// Under the names lock: no token that any record reclaimed so far could have granted is
-    /// above this ([`layout::token_ceiling`](crate::core::state::layout::token_ceiling)); a record is
+    /// above this ([`layout::token_ceiling`](crate::core::state::token_ceiling)); a record is
     /// (re)created with its tickets starting at the first whose tokens are all above it
-    /// ([`layout::first_ticket_above`](crate::core::state::layout::first_ticket_above)), so a name's
+    /// ([`layout::first_ticket_above`](crate::core::state::first_ticket_above)), so a name's
     /// fencing tokens keep rising even when its record was reclaimed and the name created
     /// again elsewhere, with another fairness or not. (Kept in tokens, not tickets: a bounded
     /// record's tokens are `(ticket + 1) · 512`. For records without a bound the two are the
@@ -202,7 +202,7 @@ const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
 /// generation `generation`: `j + 1` in the low 12 bits, the generation's low 52 bits above; 0
 /// is "free".
 ///
-/// [`Participant::claim`]: crate::core::state::layout::Participant::claim
+/// [`Participant::claim`]: crate::core::state::Participant::claim
 pub fn owner_word(j: u32, generation: u64) -> u64 {
     u64::from((j + 1) & 0xFFF) | ((generation & GENERATION_MASK) << 12)
 }
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn over_aligned_data_is_aligned_in_every_record() {
-        let data = crate::core::state::layout::DataShape {
+        let data = crate::core::state::DataShape {
             size: 10,
             align: 256,
             tag: 7,

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::api::shared::{Beacon, Shared, find, note_time, open_beacon, with_open_files};
-use crate::core::state::layout::{Participant, RecordKind};
+use crate::core::state::{Participant, RecordKind};
 use crate::core::{Liveness, LockState};
 use crate::error::{Error, Result};
 use crate::file::{CreateOptions, NamesMap, open_names_file};
@@ -348,10 +348,9 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
                 }
                 // Tickets start where every token is above those of reclaimed records.
                 let floor = h.token_floor.load(Relaxed);
-                let first =
-                    crate::core::state::layout::first_ticket_above(kind.bypass_bound(), floor);
+                let first = crate::core::state::first_ticket_above(kind.bypass_bound(), floor);
                 // Only a corrupt floor (or 2^55 tickets) leaves no token above it.
-                if crate::core::state::layout::token_of(kind.bypass_bound(), first, 0) <= floor {
+                if crate::core::state::token_of(kind.bypass_bound(), first, 0) <= floor {
                     return Err(Error::Corrupt {
                         path: nf.path.clone(),
                         what: format!("the names header's token floor {floor} leaves no tokens"),
@@ -386,7 +385,7 @@ fn find_or_create(nf: &NamesFile, key: &[u8], hash: u64, kind: RecordKind) -> Re
 fn sweep(nf: &NamesFile) -> Result<()> {
     let g = nf.map.geometry();
     let h = nf.map.header();
-    let reclaimable = g.record.data == crate::core::state::layout::DataShape::NONE;
+    let reclaimable = g.record.data == crate::core::state::DataShape::NONE;
     for r in (0..g.records).filter(|_| reclaimable) {
         // Acquire: pairs with the Release of `publish` (the record's header is read below).
         let mut word = nf.map.entry(r).state.load(Acquire);
@@ -408,8 +407,7 @@ fn sweep(nf: &NamesFile) -> Result<()> {
             // A record whose kind cannot be read is taken for a bounded one: the higher
             // ceiling, so tokens rise whatever it was.
             let bound = nf.map.record_kind(r).map_or(1, |k| k.bypass_bound());
-            let ceiling =
-                crate::core::state::layout::token_ceiling(bound, nf.map.record_next_ticket(r));
+            let ceiling = crate::core::state::token_ceiling(bound, nf.map.record_next_ticket(r));
             h.token_floor.store(floor.max(ceiling), Relaxed);
         }
         table::finish_reclaim(&nf.map, r, word, in_use);

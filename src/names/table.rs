@@ -330,7 +330,7 @@ pub fn carries_news(st: &crate::core::LockState<'_>) -> bool {
     // run of given-up tickets.)
     (0..st.slot_count()).any(|i| {
         let w = Word(st.slot(i).word.load(Acquire));
-        let t = crate::core::weighted::walk::ticket_of(w.lap(), i, st.slot_shift(), next);
+        let t = crate::core::state::slot_word::ticket_of(w.lap(), i, st.slot_shift(), next);
         !crate::core::queue::frontier::before(t, head)
             && crate::core::queue::frontier::before(t, next)
             && match w.state() {

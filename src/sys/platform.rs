@@ -5,7 +5,7 @@ use std::os::fd::AsFd;
 
 use super::{clock, futex, ofd};
 use crate::core::platform::Watched;
-use crate::core::state::layout::Participant;
+use crate::core::state::Participant;
 use crate::core::{Liveness, Platform};
 use crate::names::table::owner_liveness;
 use crate::primitive::AtomicU64;

@@ -1,15 +1,16 @@
 //! `advance`: passes the lock on. Shared by release, timeout clean-up and recovery;
 //! idempotent, and anyone may run it at any time.
 
-use crate::core::exclusive::fast::cas_word;
 use crate::core::platform::Platform;
 use crate::core::queue::frontier::{MAX_STEPS, before, raise_head, step_over_later};
 use crate::core::queue::given_up::given_up;
 use crate::core::queue::lapped;
-use crate::core::state::layout::{LockState, Slot};
+use crate::core::state::format::cas;
+use crate::core::state::lock_state::cas_word;
 use crate::core::state::lock_word::LockWord;
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
-use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+use crate::core::state::{LockState, Slot};
+use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
 use crate::primitive::fence;
 
 /// Walks forward from ticket `from` over final tickets and grants the first one that is not:
@@ -207,15 +208,6 @@ fn pregrant(st: &LockState<'_>, slot: &Slot, prev: Word, h: u64, died: bool) -> 
     }
     crate::crash_point!("advance.ready");
     true
-}
-
-/// The grant CAS. `AcqRel`: release publishes the critical section we acquired from the
-/// previous word to whoever reads the new word; acquire keeps the chain when a helper grants.
-#[inline]
-pub(crate) fn cas(slot: &Slot, from: Word, to: Word) -> bool {
-    slot.word
-        .compare_exchange(from.0, to.0, AcqRel, Acquire)
-        .is_ok()
 }
 
 /// Nudges the first waiter behind a fresh grant so it starts spinning before the lock comes

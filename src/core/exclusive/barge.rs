@@ -50,8 +50,8 @@
 
 use crate::core::exclusive::advance::advance;
 use crate::core::platform::{Liveness, Platform, Tuning};
-use crate::core::robust::recover::{INTERRUPT_POLL_NS, Watch};
-use crate::core::state::layout::LockState;
+use crate::core::queue::watch::{INTERRUPT_POLL_NS, Watch};
+use crate::core::state::LockState;
 use crate::core::state::lock_word::{BARGES_MOD, LockWord};
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::core::{Grant, Me};
@@ -377,7 +377,7 @@ pub fn after_claim<P: Platform>(
         }
         if w.died() && w.queued() {
             // A dead barger's news: ours, unless another taker's CAS moved the word.
-            if !crate::core::exclusive::fast::cas_word(st, w, w.with_died(false)) {
+            if !crate::core::state::lock_state::cas_word(st, w, w.with_died(false)) {
                 continue;
             }
         }

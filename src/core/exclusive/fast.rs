@@ -19,11 +19,12 @@
 use crate::core::exclusive::advance::{Walked, advance, walk};
 use crate::core::platform::Platform;
 use crate::core::queue::frontier::raise_head;
-use crate::core::state::layout::LockState;
+use crate::core::queue::given_up::refresh_slots;
+use crate::core::state::LockState;
+use crate::core::state::lock_state::cas_word;
 use crate::core::state::lock_word::{self, LockWord};
-use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::core::{Grant, Me};
-use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::primitive::Ordering::{Acquire, Relaxed, Release};
 
 /// The uncontended acquire: if nobody holds or queues, one CAS takes the next ticket and
 /// grants it (the died flag is the word's `D`, which the CAS clears). `None`: held or queued
@@ -123,16 +124,6 @@ enum Behind {
     Full(u64),
 }
 
-/// CAS on the lock word. `AcqRel`: a release for whoever reads the new value (the next fast
-/// acquirer, a walker), an acquire of whatever the replaced value published.
-#[inline]
-pub(crate) fn cas_word(st: &LockState<'_>, from: LockWord, to: LockWord) -> bool {
-    st.header()
-        .word
-        .compare_exchange(from.0, to.0, AcqRel, Acquire)
-        .is_ok()
-}
-
 /// Takes a ticket for `me`: granted at once by the word if the lock is free and `me` asks for
 /// no lease; otherwise a ticket to queue with, `Q` set by the first taker to queue (after it
 /// raised `head` to its ticket). Leased grants always live in slots: a leased taker that
@@ -141,9 +132,10 @@ pub(crate) fn cas_word(st: &LockState<'_>, from: LockWord, to: LockWord) -> bool
 /// then it takes the lock fast (the news in its grant), queues behind itself and passes the
 /// fast grant on to that ticket with the news.
 pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
-    if st.is_weighted() {
-        return take_weighted(st);
-    }
+    debug_assert!(
+        !st.is_weighted(),
+        "a weighted lock takes its tickets in weighted::admit"
+    );
     loop {
         // Acquire: see the module notes.
         let w = st.lock_word(Acquire);
@@ -237,26 +229,6 @@ pub fn take_queued<P: Platform>(st: &LockState<'_>, p: &P) -> u64 {
             }
             walk(st, p, t, w.died(), None);
             return t;
-        }
-    }
-}
-
-/// A ticket of a weighted kind, whose word is queued for good: one CAS taking the next
-/// ticket if it has room (see [`Taken::Full`]).
-fn take_weighted(st: &LockState<'_>) -> Taken {
-    loop {
-        // Acquire: see the module notes.
-        let w = st.lock_word(Acquire);
-        let t = st.ticket_of(w);
-        if !crate::core::queue::given_up::has_room(st, t) {
-            return Taken::Full(t);
-        }
-        if st.take_ticket_if(w) {
-            crate::crash_point!("acquire.ticket_taken");
-            if lock_word::wraps(w) {
-                refresh_slots(st);
-            }
-            return Taken::Queued(t, 0);
         }
     }
 }
@@ -398,52 +370,4 @@ pub fn fast_holder(st: &LockState<'_>) -> Option<(u64, u32)> {
         st.ticket_of(w)
     };
     Some((after.wrapping_sub(1), w.holder()))
-}
-
-/// After the counter wrapped (every 2^36 tickets), by the taker that wrapped it: brings every
-/// slot that shows a final word several laps behind (`Behind`: only fast tickets used it
-/// since) up to the lap before its next user's. Fast tickets never touch the slots, and laps
-/// are compared modulo 2^44 with a 2^43 window, so a slot left alone for 2^43 laps (2^44
-/// uncontended acquisitions with two slots) would read as a *later* lap, and takers of it
-/// as skipped (review finding). Refreshed at every wrap, a slot is never more than 2^36
-/// tickets behind (2^37 if a refresher is killed half-way; the next wrap finishes).
-///
-/// The next user of slot `s` is the first ticket at or after `base` that maps to it: `head`
-/// while somebody queues (tickets before it are final; from it on they are queued ones), the
-/// counter while nobody does (every ticket before it is final or fast). Only final words
-/// strictly behind that ticket's previous lap are rewritten, by CAS from the value read (a
-/// taker or walker that changed the word meanwhile wins); their news, if any, was passed on
-/// long ago (`may_reuse`).
-#[cold]
-#[inline(never)]
-pub(crate) fn refresh_slots(st: &LockState<'_>) {
-    let n = st.slot_count();
-    if st.is_weighted() {
-        // Every ticket uses its slot: no word falls behind; a given-up word may.
-        for i in 0..n {
-            crate::core::queue::given_up::refresh(st.slot(i));
-        }
-        return;
-    }
-    // Acquire: as in `take` (and `head` after the word).
-    let w = st.lock_word(Acquire);
-    let base = if w.queued() {
-        st.header().head.load(Acquire)
-    } else {
-        st.ticket_of(w)
-    };
-    for i in 0..n {
-        let t = base.wrapping_add(i.wrapping_sub(base) & (n - 1));
-        let slot = st.slot(t);
-        let lap = st.lap(t);
-        // Acquire: as in `advance`.
-        let cur = Word(slot.word.load(Acquire));
-        if relate(cur.lap(), lap) == LapRelation::Behind && cur.state().is_some_and(State::is_final)
-        {
-            let fresh = Word::new(lap.wrapping_sub(1), 0, State::Done, false);
-            let _ = crate::core::exclusive::advance::cas(slot, cur, fresh);
-        }
-        crate::core::queue::given_up::refresh(slot);
-    }
-    crate::crash_point!("fast.refreshed");
 }

@@ -1,13 +1,13 @@
 //! Claiming a grant: the one CAS that turns a ticket's grant into a hold, and what follows it
 //! (the lease deadline, the informational stamps).
 
-use crate::core::exclusive::advance::cas;
 use crate::core::exclusive::barge::{AfterClaim, after_claim};
 use crate::core::platform::{Platform, Tuning};
+use crate::core::queue::watch::Watch;
 use crate::core::robust::leasing::commit;
-use crate::core::robust::recover::Watch;
-use crate::core::state::layout::{LockState, Slot};
+use crate::core::state::format::cas;
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
+use crate::core::state::{LockState, Slot};
 use crate::core::{Grant, Me, WaitError};
 use crate::primitive::Ordering::{Acquire, Relaxed, Release, SeqCst};
 

@@ -18,7 +18,7 @@
 //!
 //! Only a corrupt file could make a walk long: [`MAX_STEPS`] bounds it.
 
-use crate::core::state::layout::LockState;
+use crate::core::state::LockState;
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{Relaxed, Release};
 

@@ -41,8 +41,8 @@
 //! (`weighted::lapped_gone`); a pre-grant (`Ready`) or a `Skipped` written by CAS checks it by
 //! the CAS.
 
-use crate::core::state::layout::{LockState, Slot};
 use crate::core::state::slot_word::{LAP_BITS, LapRelation, State, Word, relate};
+use crate::core::state::{LockState, Slot};
 use crate::primitive::Ordering::{AcqRel, Acquire};
 
 /// How many laps after the floor a ticket may be taken at, and so how many laps of a slot may
@@ -293,7 +293,7 @@ pub fn all_given_up_between(slot: &Slot, word_lap: u64, lap: u64) -> bool {
 
 /// Moves a `base` that fell far behind its slot's word up to the word's lap (bits of laps up to
 /// it dropped), so that laps compared modulo 2^44 never read a stale `base` as a later one. By
-/// the taker that wraps the counter, for every slot ([`crate::core::exclusive::fast::refresh_slots`]).
+/// the taker that wraps the counter, for every slot ([`refresh_slots`]).
 pub(crate) fn refresh(slot: &Slot) {
     // Acquire: as in `give_up`.
     let cur = GivenUp(slot.given_up.load(Acquire));
@@ -306,6 +306,54 @@ pub(crate) fn refresh(slot: &Slot) {
             .given_up
             .compare_exchange(cur.0, new.0, AcqRel, Acquire);
     }
+}
+
+/// After the counter wrapped (every 2^36 tickets), by the taker that wrapped it: brings every
+/// slot that shows a final word several laps behind (`Behind`: only fast tickets used it
+/// since) up to the lap before its next user's. Fast tickets never touch the slots, and laps
+/// are compared modulo 2^44 with a 2^43 window, so a slot left alone for 2^43 laps (2^44
+/// uncontended acquisitions with two slots) would read as a *later* lap, and takers of it
+/// as skipped (review finding). Refreshed at every wrap, a slot is never more than 2^36
+/// tickets behind (2^37 if a refresher is killed half-way; the next wrap finishes).
+///
+/// The next user of slot `s` is the first ticket at or after `base` that maps to it: `head`
+/// while somebody queues (tickets before it are final; from it on they are queued ones), the
+/// counter while nobody does (every ticket before it is final or fast). Only final words
+/// strictly behind that ticket's previous lap are rewritten, by CAS from the value read (a
+/// taker or walker that changed the word meanwhile wins); their news, if any, was passed on
+/// long ago (`may_reuse`).
+#[cold]
+#[inline(never)]
+pub(crate) fn refresh_slots(st: &LockState<'_>) {
+    let n = st.slot_count();
+    if st.is_weighted() {
+        // Every ticket uses its slot: no word falls behind; a given-up word may.
+        for i in 0..n {
+            crate::core::queue::given_up::refresh(st.slot(i));
+        }
+        return;
+    }
+    // Acquire: as in `take` (and `head` after the word).
+    let w = st.lock_word(Acquire);
+    let base = if w.queued() {
+        st.header().head.load(Acquire)
+    } else {
+        st.ticket_of(w)
+    };
+    for i in 0..n {
+        let t = base.wrapping_add(i.wrapping_sub(base) & (n - 1));
+        let slot = st.slot(t);
+        let lap = st.lap(t);
+        // Acquire: as in `advance`.
+        let cur = Word(slot.word.load(Acquire));
+        if relate(cur.lap(), lap) == LapRelation::Behind && cur.state().is_some_and(State::is_final)
+        {
+            let fresh = Word::new(lap.wrapping_sub(1), 0, State::Done, false);
+            let _ = crate::core::state::format::cas(slot, cur, fresh);
+        }
+        refresh(slot);
+    }
+    crate::crash_point!("fast.refreshed");
 }
 
 #[cfg(test)]
@@ -363,7 +411,7 @@ mod tests {
 
     #[test]
     fn laps_between_a_word_and_a_taker() {
-        let slot = crate::core::state::layout::Slot::zeroed();
+        let slot = crate::core::state::Slot::zeroed();
         let set = |g: GivenUp| {
             slot.given_up
                 .store(g.0, crate::primitive::Ordering::Relaxed)

@@ -17,7 +17,7 @@
 
 use crate::core::platform::{Liveness, Platform};
 use crate::core::queue::given_up::GivenUp;
-use crate::core::state::layout::Slot;
+use crate::core::state::Slot;
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::Relaxed;
 

@@ -5,3 +5,4 @@ pub mod frontier;
 pub mod given_up;
 pub mod lapped;
 pub mod publish;
+pub mod watch;

@@ -1,14 +1,16 @@
 //! Publishing a ticket: the taker's one CAS that puts its participant (and, with a lease, the
 //! `leased` flag) into its slot — or claims the ticket at once if it was granted in advance.
 
-use crate::core::exclusive::advance::{advance, cas};
+use crate::core::exclusive::advance::advance;
 use crate::core::platform::{Platform, Tuning};
 use crate::core::queue::claim::{claim_cas, claimed, stamp_owner, stamp_since, wait_out_barges};
 use crate::core::queue::given_up::{self, GaveUp};
 use crate::core::queue::lapped;
+use crate::core::queue::watch::Watch;
 use crate::core::robust::leasing::announce;
-use crate::core::robust::recover::{Watch, recover};
-use crate::core::state::layout::LockState;
+use crate::core::robust::recover::recover;
+use crate::core::state::LockState;
+use crate::core::state::format::cas;
 use crate::core::state::lease::LeaseField;
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::core::{Grant, Me, WaitError};
@@ -232,7 +234,7 @@ fn may_reuse<P: Platform>(st: &LockState<'_>, p: &P, t: u64, prev: Word) -> bool
         // The weighted kinds keep deaths in the header's counter: count this one, and the
         // word may go (waiting for a grant to pass it could wait for ever: nothing may be
         // grantable before this very ticket publishes).
-        crate::core::weighted::walk::count_replaced_news(st, prev);
+        crate::core::weighted::news::count_replaced_news(st, prev);
         return true;
     }
     // Acquire: pairs with the Release raise of `head` in `advance`, made after the grant that
@@ -257,7 +259,7 @@ fn may_reuse_behind(st: &LockState<'_>, t: u64, prev: Word) -> bool {
         let all_given_up =
             crate::core::queue::given_up::all_given_up_between(st.slot(t), prev.lap(), st.lap(t));
         if all_given_up {
-            crate::core::weighted::walk::count_replaced_news(st, prev);
+            crate::core::weighted::news::count_replaced_news(st, prev);
         }
         return all_given_up;
     }

@@ -3,7 +3,7 @@
 use crate::core::exclusive::advance::advance;
 use crate::core::platform::Platform;
 use crate::core::queue::publish::{LappedGiveUp, give_up_lapped};
-use crate::core::state::layout::LockState;
+use crate::core::state::LockState;
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed};
 
@@ -37,14 +37,14 @@ pub fn clean_up_participant<P: Platform>(st: &LockState<'_>, p: &P, participant:
         let laps: Vec<u64> = crate::core::queue::lapped::named(slot, participant).collect();
         for lap in laps {
             let t =
-                crate::core::weighted::walk::ticket_of(lap, i, st.slot_shift(), st.next_ticket());
+                crate::core::state::slot_word::ticket_of(lap, i, st.slot_shift(), st.next_ticket());
             if give_up_lapped(st, p, t, participant) == LappedGiveUp::InWord {
                 // Pre-granted meanwhile (a `Ready` word names nobody): passed on.
                 // Acquire: see `advance`.
                 let w = Word(slot.word.load(Acquire));
                 if relate(w.lap(), lap) == LapRelation::Same
                     && w.state() == Some(State::Ready)
-                    && crate::core::exclusive::advance::cas(slot, w, w.with_state(State::Skipped))
+                    && crate::core::state::format::cas(slot, w, w.with_state(State::Skipped))
                 {
                     advance(st, p, t, false);
                 }

@@ -44,12 +44,13 @@
 //! that field value, so it sees that deadline or a later one (a later one means an extension is
 //! under way: at worst the takeover waits for it).
 
-use crate::core::exclusive::advance::{advance, cas};
+use crate::core::exclusive::advance::advance;
 use crate::core::platform::Platform;
-use crate::core::robust::recover::Watch;
-use crate::core::state::layout::{LockState, Slot};
+use crate::core::queue::watch::Watch;
+use crate::core::state::format::cas;
 use crate::core::state::lease::{Deadline, Lease, LeaseField};
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
+use crate::core::state::{LockState, Slot};
 use crate::core::{Lost, Me};
 use crate::primitive::Ordering::{AcqRel, Acquire};
 

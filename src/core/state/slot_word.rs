@@ -261,6 +261,16 @@ pub fn relate(slot_lap: u64, ticket_lap: u64) -> LapRelation {
     }
 }
 
+/// The ticket at or below `next` whose slot is `i` (of `1 << shift`) and whose lap is `lap`
+/// (modulo 2^44, as words keep it): the most recent such ticket.
+pub fn ticket_of(lap: u64, i: u64, shift: u32, next: u64) -> u64 {
+    let lap_mask = (1u64 << LAP_BITS) - 1;
+    // Laps are `(t >> shift) + 1`; how many laps `lap` is behind the lap of `next`.
+    let next_lap = lap_of(next, shift);
+    let behind = next_lap.wrapping_sub(lap) & lap_mask;
+    ((next >> shift).wrapping_sub(behind) << shift) | (i & ((1u64 << shift) - 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

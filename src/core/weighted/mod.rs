@@ -1,3 +1,12 @@
-//! The weighted kinds — the reader/writer lock and the semaphore: grants by weight from `head`.
+//! The weighted kinds — the reader/writer lock and the semaphore: the same slots, words and
+//! tickets as the exclusive lock, granted by weight from `head` (see `walk.rs`).
 
+pub mod admit;
+pub mod news;
+pub mod recover;
 pub mod walk;
+
+#[cfg(all(test, not(loom)))]
+mod stress;
+#[cfg(all(test, not(loom)))]
+mod tests;
