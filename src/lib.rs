@@ -70,6 +70,8 @@ mod core;
 mod error;
 mod names;
 mod primitive;
+#[cfg(not(loom))]
+mod process;
 
 #[cfg(not(loom))]
 mod api;

@@ -27,13 +27,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use std::time::Instant;
 
-use crate::api::shared::{Shared, note_claim, open_beacon};
 use crate::core::state::slot_word::{State, Word};
 use crate::core::state::{LockState, MAX_PERMITS, RecordKind};
 use crate::core::{self, Grant};
 use crate::error::{Error, Result};
 use crate::file::{Opened, open_lock_file, open_read_only};
 use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
+use crate::process::view::{Shared, note_claim, open_beacon};
 use crate::sys::ofd;
 use crate::sys::platform::SysPlatform;
 use crate::{FairLock, FairRwLock, FairSemaphore, OpenOptions};

@@ -5,10 +5,10 @@ use std::num::NonZeroU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use crate::api::shared::Shared;
-use crate::api::thread_leases;
 use crate::core::{self, Grant};
 use crate::error::{Error, Result};
+use crate::process::thread_leases;
+use crate::process::view::{POISONED, Shared};
 
 /// Proof of holding a [`FairLock`](crate::FairLock) or [`FairRLock`](crate::FairRLock) (one
 /// guard type for both). Dropping it releases the lock (or, for a nested re-entrant guard, one
@@ -393,9 +393,6 @@ impl LockGuard<'_> {
         }
     }
 }
-
-/// The bit of `Hold::depth` a nested guard dropped while panicking sets.
-pub(crate) const POISONED: u32 = 1 << 31;
 
 impl Drop for LockGuard<'_> {
     #[inline(always)]

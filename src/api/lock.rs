@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::api::arc_guard::ArcLockGuard;
-use crate::api::guard::{LockGuard, POISONED};
+use crate::api::guard::LockGuard;
 use crate::api::options::OpenOptions;
-use crate::api::shared::{ExitWatch, Hold, KEPT_ON_EXIT, Shared};
-use crate::api::thread_leases;
 use crate::core::{self, Grant, Me, Tuning, WaitError};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
+use crate::process::thread_leases;
+use crate::process::view::POISONED;
+use crate::process::view::{ExitWatch, Hold, KEPT_ON_EXIT, Shared};
 use crate::sys::thread::ForkGuard;
 use crate::sys::{clock, thread};
 
@@ -385,7 +386,7 @@ impl FairLock {
         stop: Option<&mut dyn FnMut() -> bool>,
     ) -> Result<LockGuard<'_>> {
         let sh = self.shared()?;
-        let (tid, beacon) = thread::current_tid_and_beacon();
+        let (tid, beacon) = crate::sys::beacon::current_tid_and_beacon();
         if sh.holder_tid() == tid {
             return self.reenter(sh, reentrant);
         }

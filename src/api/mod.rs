@@ -10,6 +10,4 @@ pub mod options;
 pub mod rlock;
 pub mod rwlock;
 pub mod semaphore;
-pub(crate) mod shared;
 pub mod status;
-pub(crate) mod thread_leases;

@@ -12,7 +12,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::api::shared::{Beacon, Shared, find, note_time, open_beacon, with_open_files};
 use crate::core::state::{Participant, RecordKind};
 use crate::core::{Liveness, LockState};
 use crate::error::{Error, Result};
@@ -20,6 +19,7 @@ use crate::file::{CreateOptions, NamesMap, open_names_file};
 use crate::names::layout::{MAX_KEY_LEN, RecordState, generation_of, owner_word};
 use crate::names::table::{self, LockedLookup, Lookup, NameTable};
 use crate::primitive::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use crate::process::view::{Beacon, Shared, find, note_time, open_beacon, with_open_files};
 use crate::sys::ofd;
 use crate::sys::platform::Owners;
 use crate::sys::thread::{self, ForkGuard};
@@ -37,6 +37,16 @@ pub(crate) struct NamesFile {
     /// Our threads' turns at the names lock: an OFD lock never conflicts with another of the
     /// same open file description, so our threads first take turns here.
     creating: Mutex<()>,
+}
+
+impl crate::process::view::NamesOwner for NamesFile {
+    fn owners<'a>(&'a self, record: &'a [Participant]) -> Owners<'a> {
+        NamesFile::owners(self, record)
+    }
+
+    fn release_entry(&self, entry: &Participant) {
+        NamesFile::release_entry(self, entry)
+    }
 }
 
 impl NamesFile {
@@ -238,7 +248,7 @@ fn claim_process_entry(beacon: &Beacon, map: &NamesMap, path: &Path) -> Result<(
             let generation = entry.generation.fetch_add(1, SeqCst).wrapping_add(1);
             note_time(entry, std::process::id());
             // At once: a name's waiters use it only while the generation is this claim's.
-            crate::api::shared::publish_identity(entry);
+            crate::process::view::publish_identity(entry);
             return Ok((j, generation));
         }
     }

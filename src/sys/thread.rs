@@ -130,30 +130,6 @@ pub fn fork_generation() -> u64 {
 
 thread_local! {
     static TID: Cell<(u64, u32)> = const { Cell::new((u64::MAX, 0)) };
-    /// The calling thread's (fork generation, tid, beacon): the beacon as
-    /// [`super::beacon::thread_beacon`] claims it, 1 + index, `u32::MAX` for none. One cell,
-    /// so that the uncontended lock reads one thread-local for both.
-    static TID_BEACON: Cell<(u64, u32, u32)> = const { Cell::new((u64::MAX, 0, 0)) };
-}
-
-/// The calling thread's kernel thread id and its beacon (1 + index, 0 for none), cached:
-/// the uncontended lock's one thread-local read.
-#[inline]
-pub fn current_tid_and_beacon() -> (u32, u32) {
-    let gen_now = fork_generation();
-    let (g, tid, b) = TID_BEACON.with(|c| c.get());
-    if g == gen_now {
-        return (tid, if b == u32::MAX { 0 } else { b });
-    }
-    tid_and_beacon_slow(gen_now)
-}
-
-#[cold]
-fn tid_and_beacon_slow(gen_now: u64) -> (u32, u32) {
-    let tid = current_tid();
-    let b = super::beacon::thread_beacon().map_or(u32::MAX, |i| i + 1);
-    TID_BEACON.with(|c| c.set((gen_now, tid, b)));
-    (tid, if b == u32::MAX { 0 } else { b })
 }
 
 /// The calling thread's kernel thread id (`gettid(2)`), cached.

@@ -22,8 +22,18 @@ use crate::core::{self, LockState};
 use crate::error::{Error, Result};
 use crate::file::{CreateOptions, Mapping, open_lock_file};
 use crate::sys::ofd;
-use crate::sys::platform::SysPlatform;
+use crate::sys::platform::{Owners, SysPlatform};
 use crate::sys::thread::{self, ForkGuard};
+
+/// What a view of a named lock needs of the file of names it lives in (the names layer
+/// implements it): whose participant entries of the record are live, and giving our entry
+/// back when the view goes.
+pub(crate) trait NamesOwner: Send + Sync {
+    /// The owners of the record's participant entries, as the platform judges liveness.
+    fn owners<'a>(&'a self, record: &'a [Participant]) -> Owners<'a>;
+    /// Gives our claim on `entry` back.
+    fn release_entry(&self, entry: &Participant);
+}
 
 /// A process's view of one lock file.
 pub(crate) struct Shared {
@@ -40,7 +50,7 @@ pub(crate) struct Shared {
     pub(crate) participant: u32,
     /// For a named lock: its name, and the file's per-process view (kept alive while a name
     /// of it is open).
-    pub(crate) named: Option<(Arc<str>, Arc<crate::names::open::NamesFile>)>,
+    pub(crate) named: Option<(Arc<str>, Arc<dyn NamesOwner>)>,
     /// The fork generation this was opened in; a forked child opens its own.
     pub(crate) fork_generation: u64,
     /// Which of our threads holds the lock; written on every grant.
@@ -78,6 +88,9 @@ pub(crate) struct Hold {
 /// The bit of `Hold::grant_meta` marking a grant that its thread's exit must not give up
 /// (a `FairMutex` grant: see [`ExitWatch`]).
 pub(crate) const KEPT_ON_EXIT: u64 = 1 << 63;
+
+/// The bit of `Hold::depth` a nested guard dropped while panicking sets.
+pub(crate) const POISONED: u32 = 1 << 31;
 /// The bit of `Hold::grant_meta` marking a grant the lock word made (see `core::exclusive::fast`).
 const FAST_GRANT: u64 = 1 << 62;
 /// A barge's bypass number (9 bits; leases take bits 1..=42 below) ...
@@ -198,7 +211,7 @@ impl Shared {
         beacon: Arc<Beacon>,
         mapping: Mapping,
         participant: u32,
-        named: Option<(Arc<str>, Arc<crate::names::open::NamesFile>)>,
+        named: Option<(Arc<str>, Arc<dyn NamesOwner>)>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             path: path.to_path_buf(),

@@ -19,9 +19,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::api::guard::POISONED;
-use crate::api::shared::{Shared, with_open_files};
 use crate::core;
+use crate::process::view::{POISONED, Shared, with_open_files};
 
 /// One leased grant the calling thread holds.
 #[derive(Clone, Copy)]
@@ -62,7 +61,7 @@ impl Drop for Entries {
             // Relaxed: see `held`.
             sh.hold.thread_leases.fetch_sub(1, Relaxed);
             if sh.is_current() {
-                let (grant, _) = crate::api::shared::Hold::grant_of(e.meta, e.ticket);
+                let (grant, _) = crate::process::view::Hold::grant_of(e.meta, e.ticket);
                 let _ = core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);
             }
         }
