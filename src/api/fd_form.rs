@@ -13,8 +13,8 @@
 //! in the entry's `marker`. The entry is the descriptor's when `F_OFD_GETLK` through the
 //! descriptor says no other description holds byte `2^41 + n` and, *after* that, one through a
 //! description of our own says someone does: a holder that closes between the two makes the
-//! second say "free" (a review found that probing the beacon byte instead, which the next
-//! process may claim at once, let `unlock` release another description's grant). Claiming an
+//! second say "free" (probing the beacon byte instead, which the next process may claim at
+//! once, would let `unlock` release another description's grant). Claiming an
 //! entry: the nonce byte first, then a beacon no description holds (probed first: an OFD lock
 //! never conflicts with its own description, so two lockers of one description — or this
 //! process's own beacon descriptor — would otherwise share an entry), then the marker by
@@ -289,7 +289,7 @@ impl OpenOptions {
         let opened = open_for(fd, &proc, &shown, &create)?;
         // Held, waited for, or lost to a takeover and not unlocked yet (`unlock_fd` reports the
         // loss and frees it). Never freed here: it may be another locker's of this
-        // description, between its claim and its ticket (review finding).
+        // description, between its claim and its ticket.
         if entry_of(fd, &opened, &shown)?.is_some() {
             return Err(Error::WouldDeadlock { path: shown });
         }
@@ -298,7 +298,7 @@ impl OpenOptions {
         // entry's beacon is `fd`'s. Liveness is probed through it, so that entries `fd`'s
         // description holds besides ours (another locker of it, this process's own beacon if
         // `fd` is one) read as alive: probed through `fd` they read as dead, and a waiter
-        // revoked them (review finding).
+        // revoked them.
         let beacon = match open_beacon(&opened.file, opened.id, &shown) {
             Ok(b) => Arc::new(b),
             Err(e) => {

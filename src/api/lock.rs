@@ -83,7 +83,7 @@ impl std::fmt::Debug for FairLock {
 
 /// This process's view of the lock at `path` (named `name` in a file of named locks), of the
 /// kind `create` asks for. Also when a forked child opens it again: a name may have been freed
-/// and created again as another kind meanwhile (review finding).
+/// and created again as another kind meanwhile.
 fn open_view(path: &Path, create: &CreateOptions, name: Option<&str>) -> Result<Arc<Shared>> {
     let shared = match name {
         Some(key) => crate::names::open::open_named(path, create, key)?,
@@ -323,7 +323,7 @@ impl FairLock {
         }
         // Relaxed: only the holding thread (us) reads or writes these. Bounded, so that the
         // count can never reach the poison bit or wrap (a guard forgotten in a loop would
-        // otherwise make the outer grant look like its last level: review finding).
+        // otherwise make the outer grant look like its last level).
         let depth = sh.hold.depth.load(Relaxed);
         if depth & !POISONED >= MAX_DEPTH {
             return Err(Error::TooDeep {
@@ -579,7 +579,7 @@ impl FairLock {
 /// The caller's interrupt hook, made safe to call inside the wait: a panic in it is caught
 /// and kept in `panicked` (to be resumed once the ticket is given up), and counts as "stop".
 /// A hook that unwound through the wait left its published ticket behind: granted later,
-/// nobody claimed it and nobody passed it while the process lived (second review).
+/// nobody claimed it and nobody passed it while the process lived.
 fn guarded_hook<'h>(
     stop: &'h mut dyn FnMut() -> bool,
     panicked: &'h mut Option<Box<dyn std::any::Any + Send>>,

@@ -423,8 +423,8 @@ fn wait_for_grant<P: Platform>(
             if !head && let Holding::Slot { ticket, word } = ahead.what {
                 // A Dekker pair with the nudge of the waiter ahead when it gives up (its word
                 // final, then ours looked at): our word `Sleeping`, then its word looked at
-                // again. One of us sees the other's write (review: the nudge found us still
-                // `Waiting`, and we slept on the beacon of a thread no longer in the queue).
+                // again. One of us sees the other's write (else the nudge could find us still
+                // `Waiting`, and we would sleep on the beacon of a thread no longer in the queue).
                 crate::primitive::fence(crate::primitive::Ordering::SeqCst);
                 // Relaxed: only decides whether to look again.
                 if st.slot(ticket).word.load(Relaxed) != word.0 {
@@ -514,8 +514,8 @@ fn holder_beacon(st: &LockState<'_>, t: u64) -> Option<HolderBeacon> {
     // Acquire: after the word.
     let head = st.header().head.load(Acquire);
     // The holder is the first ticket before ours that is not final: tickets given up or
-    // skipped between it and us do not count (review: the one behind a waiter that gave up
-    // polled every millisecond for the rest of the hold).
+    // skipped between it and us do not count (else the one behind a waiter that gave up would
+    // poll every millisecond for the rest of the hold).
     let mut u = t.wrapping_sub(1);
     for _ in 0..st.slot_count() {
         if lw.held() && lw.queued() && u.wrapping_add(1) == head {

@@ -74,7 +74,7 @@ fn open_error(path: &Path, e: io::Error) -> Error {
 /// nothing after): that "link" names a file this process has open (a lock held for a
 /// descriptor, `fd_form.rs`, which then checks it is the descriptor's file), and following it
 /// reaches exactly that file. Any longer path under it (`/proc/self/fd/DIRFD/name`) is an
-/// ordinary path whose last component must not be a link (review finding).
+/// ordinary path whose last component must not be a link.
 fn nofollow(path: &Path) -> libc::c_int {
     let magic = path.to_str().is_some_and(|p| {
         ["/proc/self/fd/", "/proc/thread-self/fd/"]
@@ -359,7 +359,7 @@ fn initialise_locked(
             check_data(path, o, geometry)?;
             // A file from an earlier boot has no live participant: everyone who used it died
             // with that boot. A held beacon means a live process uses it anyway — one that
-            // could not read its boot id and so took the file as current (review finding) —
+            // could not read its boot id and so took the file as current —
             // and rewriting the lock state under it would break the lock.
             if boot_id::is_stale(boot_id, boot) && !participants_alive(file, path, geometry)? {
                 // Everyone who used it died with the previous boot. Keep the tickets going

@@ -208,7 +208,7 @@ const PROCESSES: u32 = 1024;
 fn new_geometry(o: &CreateOptions) -> Result<NamesGeometry> {
     Geometry::with_data(o.slots, o.participants, o.data)
         .and_then(|g| {
-            // `checked`: a capacity above 2^31 must be refused, not wrap to 0 (review finding).
+            // `checked`: a capacity above 2^31 must be refused, not wrap to 0.
             let records = o.names.checked_next_power_of_two()?.max(2);
             NamesGeometry::new(g, records, PROCESSES)
         })
@@ -299,8 +299,7 @@ fn initialise_locked(
             Ok(g)
         }
         Verdict::Names { geometry, boot_id } => {
-            // Before anything is written: a file of another `T` is refused untouched (review
-            // finding: it used to be re-initialised first).
+            // Before anything is written: a file of another `T` is refused untouched.
             check_data(path, o, geometry)?;
             let alive = ofd::any_held(file.as_fd(), 0, u64::from(geometry.processes))
                 .map_err(|e| Error::io(path, "probe beacons", e))?;
@@ -343,7 +342,7 @@ fn reinitialise(file: &File, path: &Path, g: NamesGeometry, boot: Option<[u64; 2
                 None => {
                     // Freed as a sweep frees a record, raising the floor as a sweep does (to
                     // the higher, bounded ceiling: its kind is unknown), so that the name,
-                    // created again, keeps its tokens rising (review of the token floor).
+                    // created again, keeps its tokens rising.
                     // Relaxed: nobody else uses the file.
                     let h = m.header();
                     let ceiling = crate::core::state::token_ceiling(1, m.record_next_ticket(r));

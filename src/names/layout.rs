@@ -194,7 +194,7 @@ pub struct NamesGeometry {
 
 /// Bits of a file-wide entry's generation an owner word keeps: 52, so that a process taking
 /// entry `j` never finds a dead predecessor's word with its own generation (2^52 claims of
-/// one entry). (A review found 20 bits reachable: 2^20 short-lived openers on one entry.)
+/// one entry). (20 bits would be reachable: 2^20 short-lived openers on one entry.)
 const GENERATION_BITS: u32 = 52;
 const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
 

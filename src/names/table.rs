@@ -306,7 +306,7 @@ pub fn begin_reclaim(t: &impl NameTable, r: u32, word: u64) -> bool {
 /// ticket whose word tells of one (`Revoked`, or a grant or pass that carries the died flag).
 /// A record holding such news is not reclaimed: the news belongs to the name, and its next
 /// holder must be told (a reclaimed record gave the name a fresh lock, and the next holder was
-/// not: issue 28, finding 2).
+/// not).
 pub fn carries_news(st: &crate::core::LockState<'_>) -> bool {
     use crate::core::state::slot_word::{State, Word};
     let h = st.header();

@@ -6,9 +6,8 @@
 //! another of our threads may then be granted the lock while the first thread's guard still
 //! exists. The per-process `Hold` has room for one holder, read and written without
 //! synchronisation by the thread it names: the second grant would overwrite it under the
-//! first thread's feet, and the first thread's next `lock` — not finding itself there — took a
-//! *new* grant and went on believing it had held the lock all along (found by the chaos suite
-//! with leases and stops, issue 28). Here each thread sees only its own grants: a thread that
+//! first thread's feet, and the first thread's next `lock` — not finding itself there — would
+//! take a *new* grant and go on believing it had held the lock all along. Here each thread sees only its own grants: a thread that
 //! locks again while it holds a leased grant of that file nests on it if the grant is still
 //! its own, and is told `LockLost` if it was taken over, until it drops that guard.
 //!
@@ -28,7 +27,7 @@ struct Entry {
     /// The view it was granted through, by its serial number: never a later view's, even if
     /// this one is freed while the entry stays (a guard forgotten with `mem::forget`; an
     /// address was reused by a later view, whose first lock then nested on — or whose thread's
-    /// exit revoked — a grant that was not its: review finding).
+    /// exit revoked — a grant that was not its).
     shared: u64,
     ticket: u64,
     /// The grant's `Hold::meta` word (lease, died, fast bits).

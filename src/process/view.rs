@@ -388,7 +388,7 @@ pub(crate) fn note_time(entry: &Participant, pid: u32) {
 /// Writes our thread-beacon segment's identity (see `sys::beacon`) into our entry, so that
 /// waiters can watch our threads. In a file of one lock only once what the entry's dead
 /// predecessor held has been revoked: a waiter behind that dead holder must not watch *our*
-/// segment for it (review finding).
+/// segment for it.
 pub(crate) fn publish_identity(entry: &Participant) {
     // Release: pairs with a waiter's Acquire load (`SysPlatform::watch_holder`).
     entry.claim.store(crate::sys::beacon::identity(), Release);
@@ -445,7 +445,7 @@ thread_local! {
 impl ExitWatch {
     /// Makes sure the calling thread's destructor is registered (cheap after the first call).
     /// In a thread-local destructor that runs after ours, nothing (the thread is ending; a
-    /// panic there would abort the process: review finding, as `sys::beacon`'s `DEFERRED`).
+    /// panic there would abort the process: as `sys::beacon`'s `DEFERRED`).
     #[inline]
     pub(crate) fn arm() {
         let _ = EXIT_WATCH.try_with(|_| ());

@@ -1,4 +1,4 @@
-//! Thread beacons: death notices from the kernel (issue 15, "waiting without timers").
+//! Thread beacons: death notices from the kernel (docs/DESIGN.md, "Waiting without timers").
 //!
 //! Each process keeps its threads' beacons in one SysV shared memory segment of its own
 //! (`shmget(IPC_PRIVATE)`, marked `IPC_RMID` at once, so it vanishes with its last attachment
@@ -50,7 +50,7 @@ struct Segment {
 /// This process's segment and the fork generation it was made in (a forked child makes its
 /// own: its threads own no beacon of its parent's). A leaked box, replaced by compare-and-swap:
 /// no lock, so that a `fork` while another thread makes the segment leaves the child nothing
-/// held (review finding: a mutex held across the creation deadlocked a forked child).
+/// held(a mutex held across the creation deadlocked a forked child).
 static MINE: AtomicPtr<(u64, Segment)> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Segments attached for watching, lock-free for the same reason. Entry `i` is free (key 0),
@@ -239,7 +239,7 @@ impl Drop for Attachment {
         if USERS[i].fetch_sub(1, SeqCst) == 1 && died {
             // The last wait on it saw a thread of its owner die (most often: the owner process
             // died): let the segment go, so that a dead process's segment does not live on in
-            // its watchers (and with it the machine's shmmni: review finding). If the owner
+            // its watchers (and with it the machine's shmmni). If the owner
             // lives, a later wait attaches it again. Not now: detaching unmaps (a TLB
             // shootdown), which would delay the takeover under way; at this thread's next
             // wait or its exit.

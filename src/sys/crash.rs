@@ -25,8 +25,8 @@ struct Plan {
 }
 
 /// The plan, made once: a leaked box installed by compare-and-swap (no lock and no `OnceLock`,
-/// whose initialisation in progress in another thread at a `fork` hangs the child for good:
-/// review of issue 15). `NONE` once known to be absent.
+/// whose initialisation in progress in another thread at a `fork` hangs the child for
+/// good). `NONE` once known to be absent.
 static PLAN: std::sync::atomic::AtomicPtr<Plan> =
     std::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 static HITS: AtomicU64 = AtomicU64::new(0);

@@ -55,7 +55,7 @@ pub fn waitv_works() -> bool {
 /// `until_ns` (absolute `CLOCK_MONOTONIC`) passes, a signal or spuriously. Every outcome just
 /// returns; callers re-check both words. If the call is refused (see [`waitv_works`]) it
 /// remembers that and waits on `word` alone for at most 1 ms, so that the caller neither spins
-/// (a refused call returning at once made a waiter burn a CPU: review finding) nor misses a
+/// (a refused call returning at once made a waiter burn a CPU) nor misses a
 /// death for long.
 pub fn wait_watching(
     word: &AtomicU64,
@@ -133,8 +133,8 @@ pub fn wake_all_u32(word: &AtomicU32) {
 /// `FUTEX_WAKE` of every waiter on `word`. Usually there is one, the ticket's owner; but a
 /// waiter of an earlier lap of the slot may still be queued on the same word (a thread
 /// stopped in its wait while its ticket was skipped), and waking only one could wake that one
-/// and leave the owner asleep — which a timed wait hid, and the untimed wait behind a beacon
-/// turned into a 10 s stall (found by `chaos_leases`).
+/// and leave the owner asleep (behind a beacon, an untimed wait: a stall until the next
+/// wake-up).
 pub fn wake(word: &AtomicU64) {
     // SAFETY: as in `wait`; FUTEX_WAKE only uses the address as a key.
     unsafe {

@@ -71,8 +71,8 @@ impl Owners<'_> {
     }
 
     /// Whether the owner that owner word `word` names lives (for a claimer, about the very
-    /// word it will compare-and-swap: judging a reloaded word instead let a live owner's
-    /// `W → 0 → W` pass as dead — review finding).
+    /// word it will compare-and-swap: judging a reloaded word instead would let a live
+    /// owner's `W → 0 → W` pass as dead).
     pub fn liveness_of(&self, file: &File, word: u64) -> Liveness {
         owner_liveness(
             word,
@@ -141,7 +141,7 @@ impl Platform for SysPlatform<'_> {
             // Acquire: the death comes after everything the dead thread wrote.
             if att.word().load(Acquire) & super::beacon::OWNER_DIED != 0 {
                 // The kernel woke one watcher of the beacon; there may be more (one per lock
-                // its thread held): wake them all, whatever woke us (review finding).
+                // its thread held): wake them all, whatever woke us.
                 futex::wake_all_u32(att.word());
                 true
             } else {

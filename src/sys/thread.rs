@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
 /// 0: the fork handlers are not installed; 1: installed; `pid << 1` (≥ 2): being installed by
 /// a thread of process `pid`. Not a `Once`: a fork while another thread is inside its
-/// `call_once` left the child waiting for it for good (review of issue 15); a child that finds
+/// `call_once` left the child waiting for it for good; a child that finds
 /// its parent's installation half-done installs them itself.
 static INSTALL: AtomicU64 = AtomicU64::new(0);
 

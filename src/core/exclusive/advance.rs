@@ -107,7 +107,7 @@ pub fn walk<P: Platform>(
             next = st.ticket_of(lw);
             if before(h, head) {
                 // As at the start: the news we carried went into the drain that beat ours (a
-                // jump keeping it told a death twice: review finding).
+                // jump keeping it told a death twice).
                 h = head;
                 died = false;
             }

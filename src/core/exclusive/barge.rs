@@ -37,8 +37,8 @@
 //! # Failures
 //!
 //! A barge is identified by its entry and the count its CAS set (nobody changes the count
-//! while it holds) — never by `head` or a ticket, which three review findings turned into two
-//! holders or a lock held for ever (see `docs/DESIGN.md`, "Bounded bypass"). A dead barger is
+//! while it holds) — never by `head` or a ticket, which can turn into two holders or a lock held
+//! for ever (see `docs/DESIGN.md`, "Bounded bypass"). A dead barger is
 //! revoked by the grantee's wait ([`end_barge`]) or by a recovery, with a CAS from the very word
 //! it judged ([`revoke_seen`]); the news goes into `D`, which the next claim or the next barger
 //! consumes. No barge goes ahead of a grant that carries a death's news (the first holder after
@@ -209,8 +209,8 @@ pub fn commit<P: Platform>(st: &LockState<'_>, p: &P, me: &Me, seen: Seen) -> Ba
         });
     }
     // The grantee claimed first (or was skipped, or even released meanwhile: `head` may have
-    // moved on before our CAS, the word unchanged — identifying the barge by `head` left it
-    // held for ever: found by `tests/bounded.rs`): give the lock back, with the news we took.
+    // moved on before our CAS, the word unchanged — identifying the barge by `head` would leave it
+    // held for ever): give the lock back, with the news we took.
     end_barge(st, p, me.participant, ours.barges() as u16, w.died());
     Barge::No
 }
@@ -226,7 +226,7 @@ pub fn commit<P: Platform>(st: &LockState<'_>, p: &P, me: &Me, seen: Seen) -> Ba
 /// skipped grantee meanwhile (the live barger's release then failed and left `H` set for
 /// ever), and not by the ticket before `head`, which a fast grant of the same entry had
 /// (a waiter woken by that grant's dead thread revoked a sibling thread's live barge: two
-/// holders). Both review findings.
+/// holders).
 pub fn end_barge<P: Platform>(
     st: &LockState<'_>,
     p: &P,
@@ -324,7 +324,7 @@ pub enum AfterClaim {
 /// from `D`. Our arrival count is in `me.beacon` (see [`with_arrival`]).
 ///
 /// Giving up (a deadline, an interrupt: a barge may last as long as its critical section, or
-/// for ever behind a stopped barger or a leaked guard — review finding: the wait ignored both)
+/// for ever behind a stopped barger or a leaked guard — the wait ignored both)
 /// hands the claimed ticket back: a `SeqCst` CAS `Held → Skipped` (the grant's died flag kept,
 /// for the next), then a `SeqCst` load of the word, walking on ourselves if `H` is clear. With
 /// the barger's end (a `SeqCst` clear of `H`, then a `SeqCst` look at `head`'s slot, and its

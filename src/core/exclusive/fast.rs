@@ -296,7 +296,7 @@ pub fn end_fast<P: Platform>(
         if w.barged() {
             // A barge (bounded files), never a grant of ours: barges end through
             // `barge::end_barge`, by their count (a revocation of an earlier fast grant of the
-            // same entry ended a sibling thread's live barge here: review finding).
+            // same entry ended a sibling thread's live barge here).
             return false;
         }
         if !w.queued() {

@@ -313,7 +313,7 @@ pub(crate) fn refresh(slot: &Slot) {
 /// since) up to the lap before its next user's. Fast tickets never touch the slots, and laps
 /// are compared modulo 2^44 with a 2^43 window, so a slot left alone for 2^43 laps (2^44
 /// uncontended acquisitions with two slots) would read as a *later* lap, and takers of it
-/// as skipped (review finding). Refreshed at every wrap, a slot is never more than 2^36
+/// as skipped. Refreshed at every wrap, a slot is never more than 2^36
 /// tickets behind (2^37 if a refresher is killed half-way; the next wrap finishes).
 ///
 /// The next user of slot `s` is the first ticket at or after `base` that maps to it: `head`

@@ -100,9 +100,8 @@ impl<'a> Watch<'a> {
         // A new observation takes the place of what was seen of the same ticket (which
         // changed), or a free entry, or one no pass saw since the longest (a ticket that was
         // passed), or else — more tickets timed at once than entries — the *newest* timer, so
-        // that the longest-watched ones still come to their end (evicting the oldest reset
-        // each timer before it expired: five frozen leased grantees were never passed, second
-        // review).
+        // that the longest-watched ones still come to their end (evicting the oldest would reset
+        // each timer before it expired: five frozen leased grantees would never be passed).
         let i = self
             .seen
             .iter()

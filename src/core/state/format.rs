@@ -54,10 +54,10 @@ pub struct Header {
     /// The kernel boot id (`/proc/sys/kernel/random/boot_id`) of the boot that initialised the
     /// file; a file from another boot is re-initialised (tickets kept, so tokens keep rising).
     pub boot_id: [AtomicU64; 2],
-    /// The lock word ([`crate::core::state::lock_word`]): the low 40 bits of the next ticket, the
+    /// The lock word ([`crate::core::state::lock_word`]): the low 36 bits of the next ticket, the
     /// fast holder, queued mode.
     pub word: AtomicU64,
-    /// The high 25 bits of the next ticket (see [`crate::core::state::lock_word::full_ticket`]).
+    /// The next ticket's epoch, its bits above the lock word's 36 (`ticket = epoch · 2^36 + counter`) (see [`crate::core::state::lock_word::full_ticket`]).
     pub epoch: AtomicU64,
     /// Informational: `ticket + 1` of the fast grant whose holder stamped `fast_since` and
     /// `fast_tid` (see `LockGuard::stamp_time`); never used for a decision.

@@ -40,8 +40,8 @@
 //! that lost its ticket and stalled before its CAS finds the value changed if the slot's next
 //! user wrote its own deadline since (tagged with another lap): it can never overwrite a later
 //! grant's deadline. A value read with a tag other than its ticket's lap is not that ticket's.
-//! (The deadline lived in the holder's participant entry, one per process, and a process could
-//! hold only one leased grant of a weighted kind: issue 28, finding 3.)
+//! (A deadline per participant entry would let a process hold only one leased grant of a
+//! weighted kind.)
 //!
 //! Deadlines are `CLOCK_MONOTONIC`, so every process sharing a leased lock must be in the same
 //! time namespace (documented in DESIGN.md).

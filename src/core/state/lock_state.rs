@@ -215,8 +215,8 @@ impl<'a> LockState<'a> {
     /// with room for its giving up: see [`crate::core::queue::given_up`]).
     ///
     /// One `fetch_add`. The carry of the ticket that wraps the counter flips the epoch's parity
-    /// bit right above it, so no taker has to look first (review: with the parity elsewhere, a
-    /// taker that stalled between that look and its `fetch_add` wrapped the counter without
+    /// bit right above it, so no taker has to look first (with the parity elsewhere, a taker
+    /// that stalled between that look and its `fetch_add` could wrap the counter without
     /// flipping it).
     pub fn take_ticket(&self) -> u64 {
         // AcqRel: part of the word's release sequence (see `core::exclusive::fast`).

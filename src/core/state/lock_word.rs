@@ -17,7 +17,7 @@
 //! one. `P` sits right above the counter, so the carry of the ticket that wraps the counter
 //! flips it — in a CAS or in a `fetch_add` alike (with `P` elsewhere, a `fetch_add` taker that
 //! stalled between choosing `fetch_add` and making it could wrap the counter without flipping
-//! `P`: review finding) — and whoever then finds `epoch`'s parity stale raises it by one
+//! `P`) — and whoever then finds `epoch`'s parity stale raises it by one
 //! ([`full_ticket`]), so every ticket is known in full from the word it was taken from and the
 //! epoch read afterwards — as long as nobody stalls for 2^35 tickets between the two (the
 //! documented horizon).
@@ -182,7 +182,7 @@ impl LockWord {
     /// The queue drained: not queued, not held, `D = died` for the next fast grant (a dead
     /// barger's news, which only a bounded file's queued word carries, is kept), the barge
     /// count back to 0 (nobody waits, so no arrival refers to it; left as it was, every later
-    /// one-CAS release, which expects 0, missed: review finding).
+    /// one-CAS release, which expects 0, missed).
     #[inline]
     pub fn drained(self, died: bool) -> LockWord {
         LockWord(
@@ -231,8 +231,8 @@ const HALF: u64 = 1 << (COUNTER_BITS - 1);
 /// small, and the epoch is `epoch + 1`) or older (read just before a wrap, `epoch` raised since:
 /// the counter is large, and the epoch is `epoch − 1`). The counter's half tells them apart, so
 /// this is right for any reader that lags fewer than 2^35 tickets (the documented horizon).
-/// (Taking every mismatch for "not raised yet" named a word read one ticket before the wrap
-/// 2^40 tickets too far, and raised `epoch` twice: review finding.)
+/// (Taking every mismatch for "not raised yet" would name a word read one ticket before the
+/// wrap 2^36 tickets too far, and raise `epoch` twice.)
 #[inline]
 pub fn full_ticket(w: LockWord, epoch: u64) -> u64 {
     let e = if epoch & 1 == w.parity() {
@@ -326,7 +326,7 @@ mod tests {
             assert_eq!(full_ticket(n, e + 1), t + 1, "epoch raised");
             assert_eq!(n, LockWord::initial(t + 1, false));
             assert_eq!(w.acquired(3), LockWord::fast_held(t, 3));
-            // A word read before the wrap, named after the epoch was raised (review finding).
+            // A word read before the wrap, named after the epoch was raised.
             assert_eq!(full_ticket(w, e + 1), t);
             assert!(!epoch_stale(w, e + 1));
             assert!(wraps(w) && !wraps(n));

@@ -30,7 +30,7 @@ pub fn token_ceiling(bound: u32, next: u64) -> u64 {
 /// above `floor` (a token ceiling, [`token_ceiling`]): `floor` without a bound (tokens
 /// `ticket + 1`); with one, `floor / 2^9 + 1`, so that even a barge ahead of the first ticket
 /// (`first · 2^9 + j`) is above it — not `floor / 2^9`, which relied on the first ticket never
-/// being barged (review).
+/// being barged.
 pub fn first_ticket_above(bound: u32, floor: u64) -> u64 {
     if bound == 0 {
         floor

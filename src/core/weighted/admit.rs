@@ -96,8 +96,8 @@ pub fn holds_already(st: &LockState<'_>, participant: u32, tid: u32) -> bool {
         (0..span).any(|k| held_by_us(head.wrapping_add(k)))
     } else {
         // More than `N` tickets since `head` (a long-held share, retakes past it): a grant of
-        // ours may lie anywhere, so every slot (second review: a write behind its own retaken
-        // read was not refused).
+        // ours may lie anywhere, so every slot (else a write behind its own retaken read
+        // would not be refused).
         (0..n).any(held_by_us)
     }
 }

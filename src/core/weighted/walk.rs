@@ -98,7 +98,7 @@ impl Front {
 /// `front`, with the holders before it counted from the slot words (`far`). A held ticket keeps
 /// its slot's word (later laps of that slot are given up and retaken), so every grant before
 /// `front` is some slot's word: `N` loads, however long the share has been held, instead of a
-/// step per ticket taken since (a read held for an hour made every walk that long: issue 28).
+/// step per ticket taken since (a read held for an hour would make every walk that long).
 pub(crate) struct Start {
     /// Where the walk starts.
     pub(crate) at: u64,
@@ -288,7 +288,7 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 // A reader granted while a reader told of a death still holds (or is granted)
                 // is told too, whichever walk grants it: it joins a batch that reads what the
                 // dead left. The told grants carry `died` in their words, which this walk has
-                // counted (second review, finding 6).
+                // counted.
                 let joins_told = st.is_rwlock() && w.shared() && front.told;
                 let granted = w
                     .with_state(State::Granted)
@@ -330,8 +330,8 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
 /// previous lap's, or one several laps back all of whose later laps before `h`'s were given up
 /// (retaken beside a long-held share; nobody writes their `Skipped` when walks start at
 /// `front`: see [`start`]). Then `h` is unpublished, not lapped: it may publish now, and is
-/// passed after the grace if its taker never does (one killed with no `lapped` entry kept
-/// every walk at it for good while the slot's word stayed behind: found by the soak test).
+/// passed after the grace if its taker never does (one killed with no `lapped` entry would
+/// keep every walk at it for good while the slot's word stayed behind).
 #[inline]
 pub(crate) fn free_for(st: &LockState<'_>, h: u64, w: Word) -> bool {
     if !w.state().is_some_and(State::is_final) {
