@@ -57,7 +57,8 @@ pub struct Header {
     /// The lock word ([`crate::core::state::lock_word`]): the low 36 bits of the next ticket, the
     /// fast holder, queued mode.
     pub word: AtomicU64,
-    /// The next ticket's epoch, its bits above the lock word's 36 (`ticket = epoch · 2^36 + counter`) (see [`crate::core::state::lock_word::full_ticket`]).
+    /// The next ticket's epoch: its bits above the lock word's 36 (`ticket = epoch · 2^36 +
+    /// counter`; see [`crate::core::state::lock_word::full_ticket`]).
     pub epoch: AtomicU64,
     /// Informational: `ticket + 1` of the fast grant whose holder stamped `fast_since` and
     /// `fast_tid` (see `LockGuard::stamp_time`); never used for a decision.
