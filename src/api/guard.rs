@@ -35,21 +35,12 @@ pub struct LockGuard<'a> {
     lease_ms: Option<NonZeroU64>,
     /// The thread that made this guard (and, as the guard is not `Send`, drops it).
     tid: u32,
-    /// [`DIED`], [`FAST`] (granted by the lock word: released by a CAS on it, not through a
-    /// slot) and, in a file with a bypass bound, a barge's count (its identity) and bypass
-    /// number (the low bits of its token), or, for a queued grant, how often it was overtaken.
+    /// The grant's flags as [`Grant::pack`] packs them: died, fast (granted by the lock word:
+    /// released by a CAS on it, not through a slot) and, in a file with a bypass bound, a
+    /// barge's count and bypass number, or a queued grant's overtaken count.
     bits: u32,
     _not_send: PhantomData<*const ()>,
 }
-
-/// `LockGuard::bits`: the previous holder did not release.
-const DIED: u32 = 1;
-/// `LockGuard::bits`: a fast grant (or a barge).
-const FAST: u32 = 2;
-/// `LockGuard::bits`: a barge's count (10 bits) ...
-const COUNT_SHIFT: u32 = 2;
-/// ... and its bypass number, or a queued grant's overtaken count (9 bits each at most).
-const BARGES_SHIFT: u32 = 12;
 
 // See the comment on the fields: the uncontended path depends on this size.
 #[cfg(target_pointer_width = "64")]
@@ -63,14 +54,7 @@ impl<'a> LockGuard<'a> {
             ticket: grant.ticket,
             lease_ms: lease_ms.and_then(NonZeroU64::new),
             tid,
-            bits: u32::from(grant.died)
-                | if grant.fast { FAST } else { 0 }
-                | (u32::from(grant.count & 0x3FF) << COUNT_SHIFT)
-                | (u32::from(if grant.fast {
-                    grant.bypass
-                } else {
-                    grant.overtaken
-                }) << BARGES_SHIFT),
+            bits: grant.pack(),
             _not_send: PhantomData,
         }
     }
@@ -84,30 +68,19 @@ impl<'a> LockGuard<'a> {
     /// The grant this guard stands for.
     #[inline]
     fn grant(&self) -> Grant {
-        let barges = (self.bits >> BARGES_SHIFT) as u16;
-        Grant {
-            bypass: if self.fast() { barges } else { 0 },
-            overtaken: if self.fast() { 0 } else { barges },
-            count: ((self.bits >> COUNT_SHIFT) & 0x3FF) as u16,
-            ..Grant::of(
-                self.ticket,
-                self.died(),
-                self.lease_ms.is_some(),
-                self.fast(),
-            )
-        }
+        Grant::unpack(self.ticket, self.bits, self.lease_ms.is_some())
     }
 
     /// Granted by the lock word (a fast grant or a barge).
     #[inline]
     fn fast(&self) -> bool {
-        self.bits & FAST != 0
+        self.bits & Grant::PACKED_FAST != 0
     }
 
     /// The previous holder did not release.
     #[inline]
     fn died(&self) -> bool {
-        self.bits & DIED != 0
+        self.bits & Grant::PACKED_DIED != 0
     }
 
     /// The fencing token of this grant: it strictly increases with every grant of the lock

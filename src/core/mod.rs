@@ -62,6 +62,7 @@
 
 pub mod acquire;
 pub mod exclusive;
+pub mod grant;
 pub mod model;
 pub mod platform;
 pub mod queue;
@@ -90,6 +91,7 @@ mod weighted_test_support;
 pub use acquire::{lock, lock_queued, lock_watched, take, try_lock};
 pub use exclusive::advance::advance;
 pub use exclusive::fast::{Taken, end_fast, release_fast, try_fast};
+pub use grant::{Grant, Lost, Me, WaitError};
 pub use platform::{Liveness, Platform, Tuning};
 pub use queue::claim::{Claim, claim_granted};
 pub use queue::publish::{LappedGiveUp, Look, Published, give_up_lapped, publish, publish_once};
@@ -100,90 +102,3 @@ pub use robust::leasing::extend;
 pub use robust::recover::recover;
 pub use state::slot_word::{State, Word};
 pub use state::{Geometry, LockState, OwnedState};
-
-/// Who is taking a ticket.
-#[derive(Clone, Copy, Debug)]
-pub struct Me {
-    /// Our participant index (our process's entry in the file).
-    pub participant: u32,
-    /// Our kernel thread id (informational).
-    pub tid: u32,
-    /// Lease to ask for, in milliseconds, or `None` to hold until release.
-    pub lease_ms: Option<u64>,
-    /// A share (a reader, a semaphore's permit) rather than the whole lock; only for locks of
-    /// a weighted kind ([`weighted`]), ignored by an exclusive lock.
-    pub shared: bool,
-    /// The calling thread's beacon (1 + index, see `Slot::beacon`) to publish with its grant,
-    /// or 0: for grants that end with their thread (not a `FairMutex`'s, not the fd form's,
-    /// not a share, which may move to another thread).
-    pub beacon: u32,
-}
-
-/// A granted ticket: proof that the caller holds the lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C)]
-pub struct Grant {
-    /// The ticket.
-    pub ticket: u64,
-    /// The previous holder did not release: it died, or its lease was taken over.
-    pub died: bool,
-    /// The grant has a lease (so a takeover may revoke it).
-    pub leased: bool,
-    /// Granted by the lock word itself (the uncontended path, or a barge): released with a
-    /// CAS on the word, not through a slot (see [`lock_word`]).
-    pub fast: bool,
-    /// A barge (files with a bypass bound, see [`barge`]): the how-manieth barge ahead of
-    /// ticket `ticket + 1`'s grant (1 to the bound), the low bits of its token. 0 otherwise.
-    pub bypass: u16,
-    /// How many barges overtook this grant's ticket while it waited (files with a bypass
-    /// bound; never more than the bound). 0 otherwise.
-    pub overtaken: u16,
-    /// A barge's identity while it holds: the lock word's barge count its CAS set (nobody
-    /// changes it while the barge holds; see [`barge`]). 0 otherwise.
-    pub count: u16,
-}
-
-impl Grant {
-    /// A grant of ticket `ticket` through the queue or the word (not a barge).
-    #[inline]
-    pub fn of(ticket: u64, died: bool, leased: bool, fast: bool) -> Grant {
-        Grant {
-            ticket,
-            died,
-            leased,
-            fast,
-            bypass: 0,
-            overtaken: 0,
-            count: 0,
-        }
-    }
-
-    /// Whether this is a barge (a fast grant ahead of a granted, unclaimed ticket).
-    #[inline]
-    pub fn is_barge(&self) -> bool {
-        self.fast && self.bypass != 0
-    }
-
-    /// The fencing token in a strict file: `ticket + 1`. Grants happen in ticket order, so
-    /// tokens strictly increase across all grants of the file, takeovers included. (A file
-    /// with a bypass bound numbers them differently: [`LockState::token`].)
-    #[inline]
-    pub fn token(&self) -> u64 {
-        self.ticket.wrapping_add(1)
-    }
-}
-
-/// Why waiting for the lock ended without it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitError {
-    /// The deadline passed; the ticket was given up.
-    Timeout,
-    /// The caller's interrupt hook asked to stop; the ticket was given up.
-    Interrupted,
-    /// The shared state holds something no correct participant writes.
-    Corrupt(&'static str),
-}
-
-/// The lock is no longer held by the caller.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Lost;

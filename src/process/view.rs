@@ -70,8 +70,8 @@ pub(crate) struct Hold {
     pub(crate) owner: AtomicU64,
     /// The held ticket (valid while `owner` names the calling thread).
     pub(crate) ticket: AtomicU64,
-    /// The held grant's lease in ms (0 if none) `<< 1`, or 1 if it carried the died flag:
-    /// one word, so that taking the lock stores no more than before. A nested guard takes the
+    /// The held grant, packed ([`Hold::meta`]: its flags and its lease in ms): one word, so
+    /// that taking the lock stores no more than before. A nested guard takes the
     /// lease from here, not from its own handle: two handles on one file may differ in their
     /// lease option.
     pub(crate) grant_meta: AtomicU64,
@@ -91,42 +91,26 @@ pub(crate) const KEPT_ON_EXIT: u64 = 1 << 63;
 
 /// The bit of `Hold::depth` a nested guard dropped while panicking sets.
 pub(crate) const POISONED: u32 = 1 << 31;
-/// The bit of `Hold::grant_meta` marking a grant the lock word made (see `core::exclusive::fast`).
-const FAST_GRANT: u64 = 1 << 62;
-/// A barge's bypass number (9 bits; leases take bits 1..=42 below) ...
-const BYPASS_SHIFT: u32 = 43;
-const BYPASS_BITS: u64 = 0x1FF << BYPASS_SHIFT;
-/// ... and its count (its identity while it holds, 10 bits).
-const COUNT_SHIFT: u32 = 52;
-const COUNT_BITS: u64 = 0x3FF << COUNT_SHIFT;
+/// Where `Hold::grant_meta` keeps the lease in ms (41 bits, above the packed grant).
+const LEASE_SHIFT: u32 = core::Grant::PACKED_BITS;
+const LEASE_MASK: u64 = (1 << 41) - 1;
 
 impl Hold {
-    /// The `grant_meta` word of a grant (`kept_on_exit`: [`KEPT_ON_EXIT`]).
+    /// The `grant_meta` word of a grant: [`core::Grant::pack`]'s bits, the lease in ms above
+    /// them, and `kept_on_exit` ([`KEPT_ON_EXIT`] or 0).
     #[inline]
     pub(crate) fn meta(lease_ms: Option<u64>, g: &core::Grant, kept_on_exit: u64) -> u64 {
-        (lease_ms.unwrap_or(0) << 1)
-            | u64::from(g.died)
-            | if g.fast { FAST_GRANT } else { 0 }
-            | (u64::from(g.bypass) << BYPASS_SHIFT) & BYPASS_BITS
-            | (u64::from(g.count) << COUNT_SHIFT) & COUNT_BITS
-            | kept_on_exit
+        u64::from(g.pack()) | ((lease_ms.unwrap_or(0) & LEASE_MASK) << LEASE_SHIFT) | kept_on_exit
     }
 
     /// The held grant of ticket `ticket` and its lease in ms, from `grant_meta`.
     pub(crate) fn grant_of(meta: u64, ticket: u64) -> (core::Grant, Option<u64>) {
-        let lease = (meta & !(KEPT_ON_EXIT | FAST_GRANT | BYPASS_BITS | COUNT_BITS)) >> 1;
-        let lease_ms = Some(lease).filter(|&ms| ms != 0);
-        let g = core::Grant {
-            bypass: ((meta & BYPASS_BITS) >> BYPASS_SHIFT) as u16,
-            count: ((meta & COUNT_BITS) >> COUNT_SHIFT) as u16,
-            ..core::Grant::of(
-                ticket,
-                meta & 1 != 0,
-                lease_ms.is_some(),
-                meta & FAST_GRANT != 0,
-            )
-        };
-        (g, lease_ms)
+        let lease_ms = Some((meta >> LEASE_SHIFT) & LEASE_MASK).filter(|&ms| ms != 0);
+        let bits = (meta & ((1 << LEASE_SHIFT) - 1)) as u32;
+        (
+            core::Grant::unpack(ticket, bits, lease_ms.is_some()),
+            lease_ms,
+        )
     }
 }
 
@@ -479,6 +463,31 @@ impl Drop for ExitWatch {
             sh.hold.owner.store(0, Relaxed);
             sh.hold.depth.store(0, Relaxed);
             let _ = core::revoke_own(&sh.state(), &sh.platform(), &grant, sh.participant);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Hold, KEPT_ON_EXIT};
+    use crate::core::Grant;
+
+    /// A hold's packed grant keeps its lease up to the longest a handle accepts, its flags,
+    /// and the kept-on-exit bit, each apart from the others.
+    #[test]
+    fn a_held_grant_and_its_lease_come_back_from_the_hold() {
+        let max_lease_ms = (1u64 << 41) - 2;
+        for lease in [None, Some(1), Some(max_lease_ms)] {
+            for kept in [0, KEPT_ON_EXIT] {
+                let g = Grant {
+                    bypass: 511,
+                    count: 1023,
+                    ..Grant::of(7, true, lease.is_some(), true)
+                };
+                let meta = Hold::meta(lease, &g, kept);
+                assert_eq!(meta & KEPT_ON_EXIT, kept);
+                assert_eq!(Hold::grant_of(meta, 7), (g, lease));
+            }
         }
     }
 }
