@@ -72,6 +72,8 @@ mod names;
 mod primitive;
 #[cfg(not(loom))]
 mod process;
+#[cfg(not(loom))]
+mod raw;
 
 #[cfg(not(loom))]
 mod api;
@@ -111,7 +113,10 @@ pub use error::{Error, Result};
 
 #[cfg(not(loom))]
 pub use api::{
-    arc_guard::ArcLockGuard,
+    arc_guard::{
+        ArcLockGuard, ArcMutexGuard, ArcRLockGuard, ArcRwLockReadGuard, ArcRwLockWriteGuard,
+        ArcSemaphorePermit,
+    },
     fd_form::{FdGrant, FdMode, unlock_fd},
     guard::LockGuard,
     kind_guard::{RwLockReadGuard, RwLockWriteGuard, SemaphorePermit},

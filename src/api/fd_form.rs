@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::file::{Opened, open_lock_file, open_read_only};
 use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
 use crate::process::view::{Shared, note_claim, open_beacon};
+use crate::raw::handle::RawLock;
 use crate::sys::ofd;
 use crate::sys::platform::SysPlatform;
 use crate::{FairLock, FairRwLock, FairSemaphore, OpenOptions};
@@ -313,11 +314,11 @@ impl OpenOptions {
             view: shared.clone(),
             entry: Some((i, n)),
         };
-        let mut lock = FairLock::with_view(shared, self, create, None);
+        let mut raw = RawLock::with_view(shared, self, create, None);
         // Held for the descriptor, not for this process's thread: no thread beacon, no record
         // of a leased grant for the thread.
-        lock.beacon_hints = false;
-        lock.per_thread = false;
+        raw.beacon_hints = false;
+        raw.per_thread = false;
         let grant = |g: crate::LockGuard<'_>| {
             g.stamp_time(); // so that `fairlock status` can show "held for"
             let r = FdGrant {
@@ -329,9 +330,11 @@ impl OpenOptions {
             r
         };
         let r = match mode {
-            FdMode::Exclusive => lock.lock_interruptible(deadline, stop).map(grant),
+            FdMode::Exclusive => FairLock { raw }
+                .lock_interruptible(deadline, stop)
+                .map(grant),
             FdMode::Read | FdMode::Write => {
-                let rw = FairRwLock::from_lock(lock);
+                let rw = FairRwLock { raw };
                 let r = if mode == FdMode::Read {
                     rw.read_interruptible(deadline, stop)
                         .map(|g| g.into_inner())
@@ -341,7 +344,7 @@ impl OpenOptions {
                 };
                 r.map(grant)
             }
-            FdMode::Permit(n) => FairSemaphore::from_lock(lock, n)
+            FdMode::Permit(n) => FairSemaphore::from_raw(raw, n)
                 .acquire_interruptible(deadline, stop)
                 .map(|g| g.into_inner())
                 .map(grant),

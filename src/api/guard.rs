@@ -59,6 +59,12 @@ impl<'a> LockGuard<'a> {
         }
     }
 
+    /// The guard of a raw grant (see `crate::raw::surface`): itself.
+    #[inline(always)]
+    pub(crate) fn from_raw(r: Result<LockGuard<'a>>) -> Result<LockGuard<'a>> {
+        r
+    }
+
     /// The view of the lock file this guard was granted in.
     #[inline]
     pub(crate) fn shared(&self) -> &'a Shared {

@@ -21,6 +21,18 @@ macro_rules! kind_guard {
                 $name { inner }
             }
 
+            /// The guard of a raw grant (see `crate::raw::surface`).
+            #[inline]
+            pub(crate) fn from_raw(r: Result<LockGuard<'a>>) -> Result<Self> {
+                r.map($name::new)
+            }
+
+            /// How many barges overtook this grant's waiter: always 0, as the shared kinds
+            /// take no bypass bound (see [`LockGuard::overtaken`]).
+            pub fn overtaken(&self) -> u32 {
+                self.inner.overtaken()
+            }
+
             /// The grant as a plain guard.
             pub(crate) fn into_inner(self) -> LockGuard<'a> {
                 self.inner

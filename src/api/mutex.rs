@@ -5,15 +5,17 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use crate::FairLock;
+use crate::api::arc_guard::ArcMutexGuard;
 use crate::api::guard::LockGuard;
 use crate::api::options::OpenOptions;
 use crate::core::state::DataShape;
 use crate::error::{Error, Result};
+use crate::raw::acquire::Mode;
+use crate::raw::handle::RawLock;
+use crate::raw::surface::acquire_surface;
 
 /// A strictly fair, crash-robust lock that guards a value of type `T` kept **in the lock
 /// file**: every thread and process that opens the path sees (under the lock) the same
@@ -28,12 +30,12 @@ use crate::error::{Error, Result};
 /// (and, as `type_name` is not guaranteed stable across compiler versions, keep the programs
 /// that share a file built by one compiler — or expect that error after an upgrade).
 ///
-/// Fairness, crash recovery and fencing tokens are [`FairLock`]'s. When a holder dies or
+/// Fairness, crash recovery and fencing tokens are [`FairLock`](crate::FairLock)'s. When a holder dies or
 /// panics while holding, the next holder's guard reports [`owner_died`](MutexGuard::owner_died):
 /// the value may be half-updated, repair it (there is no poisoning that refuses access).
 ///
 /// **Who creates the file decides what it holds.** A new (or half-initialised) file gets the
-/// shape of whoever initialises it first: if a [`FairLock`], a [`FairRLock`](crate::FairRLock)
+/// shape of whoever initialises it first: if a [`FairLock`](crate::FairLock), a [`FairRLock`](crate::FairRLock)
 /// or `fairlock run` gets there before the `FairMutex<T>`, the file has no data area, and
 /// every `FairMutex::open` of it fails with [`Error::DataMismatch`] until it is deleted. Create
 /// a `FairMutex` file with `FairMutex::open` before anything else uses the path (the other
@@ -47,7 +49,7 @@ use crate::error::{Error, Result};
 /// **No leases.** A `FairMutex` cannot be opened with [`OpenOptions::lease`]: a holder whose
 /// lease ran out would still hold `&mut T` while the next holder writes the same bytes, and
 /// nothing can take a reference back. A holder is therefore only ever taken over when it is
-/// dead. Use a [`FairLock`] with a lease and fencing tokens to guard data that lives elsewhere
+/// dead. Use a [`FairLock`](crate::FairLock) with a lease and fencing tokens to guard data that lives elsewhere
 /// if holders may stall.
 ///
 /// ```
@@ -67,14 +69,14 @@ use crate::error::{Error, Result};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct FairMutex<T: Pod> {
-    lock: FairLock,
+    raw: RawLock,
     _data: PhantomData<T>,
 }
 
 impl<T: Pod> std::fmt::Debug for FairMutex<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FairMutex")
-            .field("path", &self.lock.path())
+            .field("path", &self.raw.path())
             .field("type", &std::any::type_name::<T>())
             .finish_non_exhaustive()
     }
@@ -129,48 +131,25 @@ impl<T: Pod> FairMutex<T> {
         // The file layer refuses a file of another shape before writing anything.
         let lock = o.with_data(want, std::any::type_name::<T>()).open(path)?;
         Ok(FairMutex {
-            lock,
+            raw: lock.raw,
             _data: PhantomData,
         })
     }
 
     /// The lock file's path.
     pub fn path(&self) -> &Path {
-        self.lock.path()
+        self.raw.path()
     }
 
-    /// Waits in line for the lock, then gives access to the value.
-    ///
-    /// # Errors
-    /// As [`FairLock::lock`]; [`Error::DataMismatch`] if, after a `fork`, the child reopened
-    /// the path and found another file there (one that does not hold a `T`).
-    #[inline]
-    pub fn lock(&self) -> Result<MutexGuard<'_, T>> {
-        MutexGuard::new(self.lock.lock()?)
-    }
-
-    /// Takes the lock only if it is free and nobody is waiting (it never jumps the queue).
-    ///
-    /// # Errors
-    /// [`Error::WouldBlock`]; as [`FairMutex::lock`] otherwise.
-    pub fn try_lock(&self) -> Result<MutexGuard<'_, T>> {
-        MutexGuard::new(self.lock.try_lock()?)
-    }
-
-    /// Waits in line for at most `timeout` (see [`FairLock::lock_timeout`]).
-    ///
-    /// # Errors
-    /// [`Error::Timeout`]; as [`FairMutex::lock`] otherwise.
-    pub fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard<'_, T>> {
-        MutexGuard::new(self.lock.lock_timeout(timeout)?)
-    }
-
-    /// Waits in line until `deadline` at most (see [`FairLock::lock_until`]).
-    ///
-    /// # Errors
-    /// [`Error::Timeout`]; as [`FairMutex::lock`] otherwise.
-    pub fn lock_until(&self, deadline: Instant) -> Result<MutexGuard<'_, T>> {
-        MutexGuard::new(self.lock.lock_until(deadline)?)
+    acquire_surface! {
+        what: "the lock, then gives access to the value",
+        mode: Mode::Exclusive,
+        guard: MutexGuard [MutexGuard<'_, T>],
+        arc: ArcMutexGuard [ArcMutexGuard<T>],
+        names: [
+            lock, try_lock, lock_timeout, lock_until, lock_interruptible,
+            lock_arc, try_lock_arc, lock_arc_timeout,
+        ],
     }
 }
 
@@ -190,6 +169,12 @@ pub struct MutexGuard<'a, T: Pod> {
 }
 
 impl<'a, T: Pod> MutexGuard<'a, T> {
+    /// The guard of a raw grant of this mutex's lock (see `crate::raw::surface`).
+    #[inline]
+    pub(crate) fn from_raw(r: Result<LockGuard<'a>>) -> Result<MutexGuard<'a, T>> {
+        MutexGuard::new(r?)
+    }
+
     #[inline]
     fn new(guard: LockGuard<'a>) -> Result<MutexGuard<'a, T>> {
         let sh = guard.shared();

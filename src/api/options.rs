@@ -8,6 +8,7 @@ use crate::core::Tuning;
 use crate::core::state::{DataShape, MAX_BYPASS, MAX_PERMITS, RecordKind};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
+use crate::raw::handle::RawLock;
 use crate::{FairLock, FairMutex, FairRLock, FairRwLock, FairSemaphore};
 
 /// Default number of waiting-array slots of a new file: more concurrent waiters than this
@@ -250,7 +251,9 @@ impl OpenOptions {
     /// [`OpenOptions::init_timeout`], [`Error::Io`] otherwise.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<FairLock> {
         self.check()?;
-        FairLock::with_options(path.as_ref(), self)
+        Ok(FairLock {
+            raw: RawLock::with_options(path.as_ref(), self)?,
+        })
     }
 
     /// Like [`OpenOptions::open`], for a re-entrant [`FairRLock`].
@@ -281,7 +284,9 @@ impl OpenOptions {
     /// [`OpenOptions::open`] otherwise.
     pub fn open_rwlock(&self, path: impl AsRef<Path>) -> Result<FairRwLock> {
         let o = self.of_kind(RecordKind::RWLOCK);
-        Ok(FairRwLock::from_lock(o.open(path)?))
+        Ok(FairRwLock {
+            raw: o.open(path)?.raw,
+        })
     }
 
     /// Like [`OpenOptions::open`], for a [`FairSemaphore`] of `permits` permits (1 to 2^19):
@@ -299,7 +304,7 @@ impl OpenOptions {
             });
         }
         let o = self.of_kind(RecordKind::semaphore(permits));
-        Ok(FairSemaphore::from_lock(o.open(path)?, permits))
+        Ok(FairSemaphore::from_raw(o.open(path)?.raw, permits))
     }
 
     /// These options for a lock of kind `kind`.

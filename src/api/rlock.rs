@@ -1,13 +1,15 @@
 //! [`FairRLock`]: the re-entrant variant.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use crate::FairLock;
+use crate::api::arc_guard::ArcRLockGuard;
 use crate::api::guard::LockGuard;
-use crate::api::lock::{deadline_after, deadline_at};
 use crate::api::options::OpenOptions;
 use crate::error::Result;
+use crate::raw::acquire::Mode;
+use crate::raw::handle::RawLock;
+use crate::raw::surface::acquire_surface;
 
 /// A re-entrant [`FairLock`]: the thread holding it may lock it again, which bumps a count and
 /// takes **no** ticket (it never queues behind itself). The lock is released when the last
@@ -28,14 +30,22 @@ use crate::error::Result;
 /// # std::fs::remove_file(&path)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug)]
 pub struct FairRLock {
-    inner: FairLock,
+    pub(crate) raw: RawLock,
+}
+
+impl std::fmt::Debug for FairRLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairRLock")
+            .field("path", &self.path())
+            .field("lease_ms", &self.raw.lease_ms)
+            .finish_non_exhaustive()
+    }
 }
 
 impl From<FairLock> for FairRLock {
-    fn from(inner: FairLock) -> Self {
-        FairRLock { inner }
+    fn from(lock: FairLock) -> Self {
+        FairRLock { raw: lock.raw }
     }
 }
 
@@ -55,53 +65,17 @@ impl FairRLock {
 
     /// The lock file's path.
     pub fn path(&self) -> &Path {
-        self.inner.path()
+        self.raw.path()
     }
 
-    /// Acquires the lock, or one more level of it if this thread holds it.
-    ///
-    /// # Errors
-    /// [`crate::Error::Corrupt`] if the shared state is damaged.
-    #[inline]
-    pub fn lock(&self) -> Result<LockGuard<'_>> {
-        self.inner.acquire(None, true, None)
-    }
-
-    /// Like [`FairLock::try_lock`], but succeeds at once if this thread holds the lock.
-    ///
-    /// # Errors
-    /// [`crate::Error::WouldBlock`] if another holds it or waiters are queued.
-    pub fn try_lock(&self) -> Result<LockGuard<'_>> {
-        self.inner.try_acquire(true)
-    }
-
-    /// Like [`FairLock::lock_timeout`]; succeeds at once if this thread holds the lock.
-    ///
-    /// # Errors
-    /// [`crate::Error::Timeout`]; as [`FairRLock::lock`] otherwise.
-    pub fn lock_timeout(&self, timeout: Duration) -> Result<LockGuard<'_>> {
-        self.inner
-            .acquire(Some(deadline_after(timeout)), true, None)
-    }
-
-    /// Like [`FairLock::lock_until`]; succeeds at once if this thread holds the lock.
-    ///
-    /// # Errors
-    /// [`crate::Error::Timeout`]; as [`FairRLock::lock`] otherwise.
-    pub fn lock_until(&self, deadline: Instant) -> Result<LockGuard<'_>> {
-        self.inner.acquire(Some(deadline_at(deadline)), true, None)
-    }
-
-    /// As [`FairLock::lock_interruptible`]; a re-entrant lock by the holder never waits.
-    ///
-    /// # Errors
-    /// As [`FairLock::lock_interruptible`].
-    pub fn lock_interruptible(
-        &self,
-        deadline: Option<Instant>,
-        mut stop: impl FnMut() -> bool,
-    ) -> Result<LockGuard<'_>> {
-        self.inner
-            .acquire(deadline.map(deadline_at), true, Some(&mut stop))
+    acquire_surface! {
+        what: "the lock (at once, nesting, if this thread holds it)",
+        mode: Mode::Reentrant,
+        guard: LockGuard [LockGuard<'_>],
+        arc: ArcRLockGuard [ArcRLockGuard],
+        names: [
+            lock, try_lock, lock_timeout, lock_until, lock_interruptible,
+            lock_arc, try_lock_arc, lock_arc_timeout,
+        ],
     }
 }

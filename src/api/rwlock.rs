@@ -1,13 +1,14 @@
 //! [`FairRwLock`]: readers together, writers alone, everybody in arrival order.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use crate::FairLock;
+use crate::api::arc_guard::{ArcRwLockReadGuard, ArcRwLockWriteGuard};
 use crate::api::kind_guard::{RwLockReadGuard, RwLockWriteGuard};
-use crate::api::lock::{deadline_after, deadline_at};
 use crate::api::options::OpenOptions;
 use crate::error::Result;
+use crate::raw::acquire::Mode;
+use crate::raw::handle::RawLock;
+use crate::raw::surface::acquire_surface;
 
 /// A strictly fair reader/writer lock shared by threads and processes through a lock file.
 ///
@@ -46,16 +47,20 @@ use crate::error::Result;
 /// # std::fs::remove_file(&path)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug)]
 pub struct FairRwLock {
-    inner: FairLock,
+    pub(crate) raw: RawLock,
+}
+
+impl std::fmt::Debug for FairRwLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairRwLock")
+            .field("path", &self.path())
+            .field("lease_ms", &self.raw.lease_ms)
+            .finish_non_exhaustive()
+    }
 }
 
 impl FairRwLock {
-    pub(crate) fn from_lock(inner: FairLock) -> FairRwLock {
-        FairRwLock { inner }
-    }
-
     /// Opens the reader/writer lock file at `path`, creating it (mode `0600`) if needed.
     ///
     /// # Errors
@@ -71,119 +76,28 @@ impl FairRwLock {
 
     /// The lock file's path.
     pub fn path(&self) -> &Path {
-        self.inner.path()
+        self.raw.path()
     }
 
-    /// Waits in line for a read (shared) grant.
-    ///
-    /// # Errors
-    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) if this thread holds the lock;
-    /// [`Error::Corrupt`](crate::Error::Corrupt) if the shared state is damaged.
-    pub fn read(&self) -> Result<RwLockReadGuard<'_>> {
-        self.inner
-            .acquire_weighted(None, true, None)
-            .map(RwLockReadGuard::new)
+    acquire_surface! {
+        what: "a read (shared) grant",
+        mode: Mode::Shared,
+        guard: RwLockReadGuard [RwLockReadGuard<'_>],
+        arc: ArcRwLockReadGuard [ArcRwLockReadGuard],
+        names: [
+            read, try_read, read_timeout, read_until, read_interruptible,
+            read_arc, try_read_arc, read_arc_timeout,
+        ],
     }
 
-    /// Waits in line for a write (exclusive) grant.
-    ///
-    /// # Errors
-    /// As [`FairRwLock::read`].
-    pub fn write(&self) -> Result<RwLockWriteGuard<'_>> {
-        self.inner
-            .acquire_weighted(None, false, None)
-            .map(RwLockWriteGuard::new)
-    }
-
-    /// A read grant only if it is granted at once: no write held and nobody waiting.
-    ///
-    /// # Errors
-    /// [`Error::WouldBlock`](crate::Error::WouldBlock); as [`FairRwLock::read`] otherwise.
-    pub fn try_read(&self) -> Result<RwLockReadGuard<'_>> {
-        self.inner
-            .try_acquire_weighted(true)
-            .map(RwLockReadGuard::new)
-    }
-
-    /// A write grant only if it is granted at once: nothing held and nobody waiting.
-    ///
-    /// # Errors
-    /// [`Error::WouldBlock`](crate::Error::WouldBlock); as [`FairRwLock::read`] otherwise.
-    pub fn try_write(&self) -> Result<RwLockWriteGuard<'_>> {
-        self.inner
-            .try_acquire_weighted(false)
-            .map(RwLockWriteGuard::new)
-    }
-
-    /// Waits in line for a read grant for at most `timeout`; a waiter that times out gives its
-    /// ticket up (and whoever it held back behind it is granted).
-    ///
-    /// # Errors
-    /// [`Error::Timeout`](crate::Error::Timeout); as [`FairRwLock::read`] otherwise.
-    pub fn read_timeout(&self, timeout: Duration) -> Result<RwLockReadGuard<'_>> {
-        self.inner
-            .acquire_weighted(Some(deadline_after(timeout)), true, None)
-            .map(RwLockReadGuard::new)
-    }
-
-    /// Waits in line for a write grant for at most `timeout` (see
-    /// [`read_timeout`](FairRwLock::read_timeout)).
-    ///
-    /// # Errors
-    /// As [`FairRwLock::read_timeout`].
-    pub fn write_timeout(&self, timeout: Duration) -> Result<RwLockWriteGuard<'_>> {
-        self.inner
-            .acquire_weighted(Some(deadline_after(timeout)), false, None)
-            .map(RwLockWriteGuard::new)
-    }
-
-    /// Waits in line for a read grant until `deadline` at most.
-    ///
-    /// # Errors
-    /// As [`FairRwLock::read_timeout`].
-    pub fn read_until(&self, deadline: Instant) -> Result<RwLockReadGuard<'_>> {
-        self.inner
-            .acquire_weighted(Some(deadline_at(deadline)), true, None)
-            .map(RwLockReadGuard::new)
-    }
-
-    /// Waits in line for a write grant until `deadline` at most.
-    ///
-    /// # Errors
-    /// As [`FairRwLock::read_timeout`].
-    pub fn write_until(&self, deadline: Instant) -> Result<RwLockWriteGuard<'_>> {
-        self.inner
-            .acquire_weighted(Some(deadline_at(deadline)), false, None)
-            .map(RwLockWriteGuard::new)
-    }
-
-    /// A read grant, waiting until `deadline` (if any) and giving the place up once `stop()`
-    /// returns true (as [`FairLock::lock_interruptible`]).
-    ///
-    /// # Errors
-    /// [`Error::Interrupted`](crate::Error::Interrupted); as [`FairRwLock::read_timeout`]
-    /// otherwise.
-    pub fn read_interruptible(
-        &self,
-        deadline: Option<Instant>,
-        mut stop: impl FnMut() -> bool,
-    ) -> Result<RwLockReadGuard<'_>> {
-        self.inner
-            .acquire_weighted(deadline.map(deadline_at), true, Some(&mut stop))
-            .map(RwLockReadGuard::new)
-    }
-
-    /// A write grant, as [`read_interruptible`](FairRwLock::read_interruptible).
-    ///
-    /// # Errors
-    /// As [`FairRwLock::read_interruptible`].
-    pub fn write_interruptible(
-        &self,
-        deadline: Option<Instant>,
-        mut stop: impl FnMut() -> bool,
-    ) -> Result<RwLockWriteGuard<'_>> {
-        self.inner
-            .acquire_weighted(deadline.map(deadline_at), false, Some(&mut stop))
-            .map(RwLockWriteGuard::new)
+    acquire_surface! {
+        what: "a write (exclusive) grant",
+        mode: Mode::Whole,
+        guard: RwLockWriteGuard [RwLockWriteGuard<'_>],
+        arc: ArcRwLockWriteGuard [ArcRwLockWriteGuard],
+        names: [
+            write, try_write, write_timeout, write_until, write_interruptible,
+            write_arc, try_write_arc, write_arc_timeout,
+        ],
     }
 }

@@ -11,7 +11,7 @@ pub struct Me {
     /// Lease to ask for, in milliseconds, or `None` to hold until release.
     pub lease_ms: Option<u64>,
     /// A share (a reader, a semaphore's permit) rather than the whole lock; only for locks of
-    /// a weighted kind ([`weighted`]), ignored by an exclusive lock.
+    /// a weighted kind ([`weighted`](crate::core::weighted)), ignored by an exclusive lock.
     pub shared: bool,
     /// The calling thread's beacon (1 + index, see `Slot::beacon`) to publish with its grant,
     /// or 0: for grants that end with their thread (not a `FairMutex`'s, not the fd form's,
@@ -30,16 +30,16 @@ pub struct Grant {
     /// The grant has a lease (so a takeover may revoke it).
     pub leased: bool,
     /// Granted by the lock word itself (the uncontended path, or a barge): released with a
-    /// CAS on the word, not through a slot (see [`lock_word`]).
+    /// CAS on the word, not through a slot (see [`lock_word`](crate::core::state::lock_word)).
     pub fast: bool,
-    /// A barge (files with a bypass bound, see [`barge`]): the how-manieth barge ahead of
+    /// A barge (files with a bypass bound, see [`barge`](crate::core::exclusive::barge)): the how-manieth barge ahead of
     /// ticket `ticket + 1`'s grant (1 to the bound), the low bits of its token. 0 otherwise.
     pub bypass: u16,
     /// How many barges overtook this grant's ticket while it waited (files with a bypass
     /// bound; never more than the bound). 0 otherwise.
     pub overtaken: u16,
     /// A barge's identity while it holds: the lock word's barge count its CAS set (nobody
-    /// changes it while the barge holds; see [`barge`]). 0 otherwise.
+    /// changes it while the barge holds; see [`barge`](crate::core::exclusive::barge)). 0 otherwise.
     pub count: u16,
 }
 

@@ -132,7 +132,7 @@ impl<'a> Watch<'a> {
     }
 }
 
-/// What stands between an acquirer and the lock after a [`recover`] pass.
+/// What stands between an acquirer and the lock after a recovery pass (`recover`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ahead {
     /// Every ticket before `me` is final: `me` was granted (or pre-granted) by this pass or

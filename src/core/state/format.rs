@@ -47,7 +47,7 @@ pub struct Header {
     pub participants_offset: AtomicU32,
     /// Byte offset of the slot array (a multiple of 64).
     pub slots_offset: AtomicU32,
-    /// The lock's kind: 0 exclusive, 1 reader/writer, 2 semaphore (see [`RecordKind`]).
+    /// The lock's kind: 0 exclusive, 1 reader/writer, 2 semaphore (see [`RecordKind`](crate::core::state::RecordKind)).
     pub kind: AtomicU32,
     /// A semaphore's permits; 0 for the other kinds.
     pub permits: AtomicU32,

@@ -10,7 +10,7 @@ use crate::primitive::Ordering::{AcqRel, Acquire};
 /// A view of the shared state: the header, the participant table and the slots.
 ///
 /// The lock algorithm works on this alone. Production code builds it over the mapping
-/// (the file layer); tests build it over heap memory ([`OwnedState`]). The slot count is fixed
+/// (the file layer); tests build it over heap memory (`OwnedState`). The slot count is fixed
 /// when the view is built, so nothing another process writes later can move an index out of
 /// bounds.
 #[derive(Clone, Copy)]

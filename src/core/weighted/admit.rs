@@ -34,7 +34,8 @@ pub fn take(st: &LockState<'_>) -> Taken {
 
 /// Whether ticket `me` (a shared one if `shared`) could be granted now: every unfinished
 /// ticket before it is granted or held, and it fits next to them. For `try_*`, after a
-/// [`recover`]; a race with other takers may still leave it waiting (then it gives up).
+/// recovery pass (`recover`); a race with other takers may still leave it waiting (then it
+/// gives up).
 pub fn admits<P: Platform>(st: &LockState<'_>, p: &P, me: u64, shared: bool) -> bool {
     let Start {
         at, front: counted, ..

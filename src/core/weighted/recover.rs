@@ -17,7 +17,7 @@ use crate::core::weighted::walk::{
 };
 use crate::primitive::Ordering::Acquire;
 
-/// The weighted form of [`crate::core::robust::recover()`]: looks at every ticket from `head` to `me`
+/// The weighted form of `robust::recover::recover`: looks at every ticket from `head` to `me`
 /// and fixes what is stuck — a dead holder revoked, a holder whose lease expired taken over, a
 /// dead grantee or waiter skipped, a ticket taken but not published within the grace (its
 /// taker died in between) skipped — walking past live holders, since a dead one may hide

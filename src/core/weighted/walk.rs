@@ -31,7 +31,7 @@
 //!
 //! # Deaths
 //!
-//! A dead holder is revoked (`Held → Revoked`) and a dead grantee skipped, by [`recover`],
+//! A dead holder is revoked (`Held → Revoked`) and a dead grantee skipped, by the recovery (`recover.rs`),
 //! which — unlike the exclusive lock's — walks past live holders, since any of them may be
 //! dead. The news of a death (a `Revoked` word, or a `Skipped` one whose grant carried it) does
 //! not stay in the slot: the first walk that passes it counts it in the header's `deaths` and

@@ -1,0 +1,9 @@
+//! The raw lock: the boundary between the protocol (`core`, over the process's view of the
+//! file) and the public handles. [`handle::RawLock`] is every handle's state, whatever its
+//! kind; [`acquire`] acquires through it for every kind and way of waiting; [`surface`]
+//! writes the public acquire methods once for every handle.
+
+pub(crate) mod acquire;
+pub(crate) mod handle;
+#[macro_use]
+pub(crate) mod surface;
