@@ -21,9 +21,9 @@ use crate::raw::surface::acquire_surface;
 ///
 /// A dead reader's or writer's grant is recovered like a dead `FairLock` holder's, and the
 /// next grant learns it through `owner_died()` (so does every reader granted while a reader
-/// told of it still holds: the whole batch that reads what a dead writer left). Leases (see [`OpenOptions::lease`]) work for readers and writers; a process
-/// holds at most one *leased* grant of a file at a time (a second is refused with
-/// [`Error::InvalidOption`](crate::Error::InvalidOption); unleased grants are not limited).
+/// told of it still holds: the whole batch that reads what a dead writer left). Leases (see
+/// [`OpenOptions::lease`]) work for readers and writers, each grant with its own, however many
+/// a process holds.
 /// Fencing tokens strictly increase over grants: a write's token exceeds that of every grant
 /// before it. A reader whose slot is still held by a read taken `N` tickets before (`N` = the
 /// file's slots) takes another ticket rather than wait for it, which may let the few tickets

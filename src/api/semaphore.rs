@@ -15,9 +15,9 @@ use crate::raw::surface::acquire_surface;
 /// acquisition; nobody overtakes anybody).
 ///
 /// A dead holder's permit comes back (the next grant learns it through `owner_died()`), leases
-/// work as for [`FairLock`](crate::FairLock) (a process holds at most one *leased* permit of a file at a time;
-/// unleased permits are not limited), and tokens strictly increase over grants. The number of permits is
-/// fixed when the file is created: opening it with another number is refused with
+/// work as for [`FairLock`](crate::FairLock) (each permit has its own, however many a process
+/// holds), and tokens strictly increase over grants. The number of permits is fixed when the
+/// file is created: opening it with another number is refused with
 /// [`Error::KindMismatch`](crate::Error::KindMismatch), which names both. One thread may hold
 /// several permits.
 ///
