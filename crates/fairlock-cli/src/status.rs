@@ -1,39 +1,17 @@
-//! `fairlock status`: a read-only snapshot of a lock file, as text or JSON.
+//! `fairlock status LOCKFILE`: a read-only snapshot of a lock file, as text or JSON.
+//! (`etcd://` is in `etcd.rs`.)
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use fairlock::{LockKind, Status, TicketInfo};
 
+use crate::args::StatusArgs;
 use crate::exit::{self, Failure};
 use crate::secs::human;
-use crate::{StatusArgs, out};
-
-pub const AFTER_HELP: &str = "\
-Examples:
-  fairlock status /tmp/job.lock
-  fairlock status --json /tmp/job.lock | jq .owner_pid
-
-The file is only read (never locked, created or modified). JSON fields: path, held,
-owner_pid, owner_tid, token, next_ticket, waiters (count), arriving, lease_remaining_ms,
-holder {ticket, token, state, pid, tid, alive, held_ms, lease_remaining_ms, owner_died,
-shared} or null, kind (exclusive, rwlock or semaphore), permits (a semaphore's, else null),
-bypass_bound (an exclusive lock created with a bounded bypass: the most times a waiter may be
-overtaken; null for strict FIFO), holders [every holder, as holder: readers and permit
-holders hold together], queue [{ticket, token, state, pid, tid, alive, waited_ms, shared}];
-unknown values are null.
-A file of named locks prints {path, kind: names, names: [...]}, one such object per name,
-each starting with name (--name KEY: only that one).
-alive: false means the process is dead; the next acquire passes it over. shared: a reader
-or a permit (false for writers and exclusive locks).
-
-Exit status: 0; 65 not a lock file (or corrupt/incompatible); 66 cannot open (missing,
-unreadable, not a regular file); 64 usage.";
+use crate::stdout;
 
 pub fn main(a: &StatusArgs) -> Result<u8, Failure> {
-    if let Some(address) = a.lockfile.to_str().filter(|s| s.starts_with("etcd://")) {
-        return crate::etcd::status(a, address);
-    }
     let path = a.lockfile.as_path();
     let mut st = fairlock::inspect(path).map_err(|e| Failure::open(path, &e))?;
     if let Some(name) = &a.name {
@@ -57,7 +35,7 @@ pub fn main(a: &StatusArgs) -> Result<u8, Failure> {
             ));
         }
     }
-    out(&if a.json { json(&st) } else { text(&st) });
+    stdout::write(&if a.json { json(&st) } else { text(&st) });
     Ok(0)
 }
 
