@@ -406,7 +406,7 @@ impl Demo {
                 .progress(&format!("{}: collecting results", kind.label()), false);
             let grants = collect(children)?;
             let all_present = start + gap * (n as u64 - 1);
-            let (row, summary) = stats(kind, &grants, n, all_present, end);
+            let (row, summary) = stats(kind.label(), &grants, n, all_present, end);
             self.ui.line(&format!("   {row}"));
             summaries.push(summary);
             runs.push((kind, grants, all_present, end));
