@@ -3,9 +3,10 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use fairlock_etcd::{Address, Error, EtcdGuard, EtcdLock, Status};
+use fairlock::LockKind;
+use fairlock_etcd::{Address, Entry, Error, EtcdGuard, EtcdLock, Status};
 
 use crate::args::{RunArgs, StatusArgs};
 use crate::child::{self, Grant};
@@ -13,7 +14,7 @@ use crate::exit::{self, Failure};
 use crate::kind;
 use crate::secs::human;
 use crate::signals;
-use crate::stdout;
+use crate::status_print::{self, EtcdFacts, Lock, On, Party, Place, Shown};
 
 /// The exit code and message of a library error about `address`.
 fn failure(address: &str, e: &Error) -> Failure {
@@ -238,97 +239,68 @@ fn acquire<'a>(
 pub fn status(a: &StatusArgs, address: &str) -> Result<u8, Failure> {
     let lock = connect(address, None)?;
     let st = lock.status().map_err(|e| failure(address, &e))?;
-    stdout::write(&if a.json {
-        json(address, &st)
-    } else {
-        text(address, &st)
-    });
+    status_print::print(&Shown::One(shown(address, &st)), a.json);
     Ok(0)
 }
 
-fn text(address: &str, st: &Status) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "lock:           {address}");
-    match &st.holder {
-        Some(h) => {
-            let _ = writeln!(
-                s,
-                "holder:         {}, token {}, lease {:x}{}",
-                h.owner,
-                h.token,
-                h.lease,
-                if st.holder_owner_died {
-                    " (took over from a holder whose lease expired)"
-                } else {
-                    ""
-                }
-            );
-        }
-        None => s.push_str("holder:         none\n"),
-    }
-    let _ = writeln!(s, "waiters:        {}", st.waiters.len());
-    for (i, w) in st.waiters.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "  {:>3}. {}, token {}, lease {:x}",
-            i + 1,
-            w.owner,
-            w.token,
-            w.lease
-        );
-    }
-    let _ = writeln!(s, "last token:     {}", st.last_token);
-    let _ = writeln!(s, "etcd revision:  {}", st.revision);
-    s
-}
-
-fn quote(v: &str) -> String {
-    let mut q = String::from("\"");
-    for c in v.chars() {
-        match c {
-            '"' => q.push_str("\\\""),
-            '\\' => q.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(q, "\\u{:04x}", c as u32);
-            }
-            c => q.push(c),
-        }
-    }
-    q.push('"');
-    q
-}
-
-fn entry(e: &fairlock_etcd::Entry) -> String {
-    format!(
-        "{{\"token\":{},\"lease\":{},\"owner\":{}}}",
-        e.token,
-        e.lease,
-        quote(&e.owner)
-    )
-}
-
-fn json(address: &str, st: &Status) -> String {
-    let holder = st.holder.as_ref().map_or_else(
-        || "null".to_string(),
-        |h| {
-            let e = entry(h);
-            format!(
-                "{},\"owner_died\":{}}}",
-                &e[..e.len() - 1],
-                st.holder_owner_died
-            )
-        },
+/// The lock's state for the status printer.
+fn shown(address: &str, st: &Status) -> Lock {
+    // When free: the first waiter's token, or a key not written yet (after this revision).
+    let next = st.waiters.first().map_or_else(
+        || u64::try_from(st.revision.saturating_add(1)).unwrap_or(0),
+        |w| w.token,
     );
-    let queue: Vec<String> = st.waiters.iter().map(entry).collect();
-    format!(
-        "{{\"address\":{},\"name\":{},\"held\":{},\"holder\":{holder},\"waiters\":{},\
-         \"queue\":[{}],\"last_token\":{},\"revision\":{}}}\n",
-        quote(address),
-        quote(&st.name),
-        st.holder.is_some(),
-        st.waiters.len(),
-        queue.join(","),
-        st.last_token,
-        st.revision
-    )
+    Lock {
+        place: Place::Etcd(address.to_string()),
+        name: Some(st.name.clone()),
+        kind: LockKind::Exclusive,
+        bypass_bound: None,
+        holders: st
+            .holder
+            .iter()
+            .map(|h| party(h, true, st.holder_owner_died))
+            .collect(),
+        waiters: st.waiters.iter().map(|w| party(w, false, false)).collect(),
+        arriving: 0,
+        token: st.holder.as_ref().map_or(next, |h| h.token),
+        next_ticket: None,
+        etcd: Some(EtcdFacts {
+            last_token: st.last_token,
+            revision: st.revision,
+        }),
+    }
+}
+
+/// A holder or waiter, from the record it wrote (`pid=… host=… since=UNIX_MS`). A waiter has
+/// waited since it joined the line (by this host's clock); when a holder was granted is not
+/// recorded.
+fn party(e: &Entry, holder: bool, owner_died: bool) -> Party {
+    let field = |key: &str| {
+        e.owner
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+    };
+    let waited = field("since")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .and_then(|ms| {
+            SystemTime::UNIX_EPOCH
+                .checked_add(Duration::from_millis(ms))?
+                .elapsed()
+                .ok()
+        });
+    Party {
+        ticket: None,
+        token: e.token,
+        state: holder.then_some("held"),
+        pid: field("pid").and_then(|p| p.parse().ok()),
+        alive: None,
+        elapsed: if holder { None } else { waited },
+        owner_died,
+        shared: false,
+        on: On::Etcd {
+            host: field("host").map(str::to_string),
+            lease: e.lease,
+            owner: e.owner.clone(),
+        },
+    }
 }

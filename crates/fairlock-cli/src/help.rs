@@ -66,6 +66,7 @@ pub const STATUS: &str = "\
 Examples:
   fairlock status /tmp/job.lock
   fairlock status --json /tmp/job.lock | jq .owner_pid
+  fairlock status etcd://10.0.0.1:2379/deploy
 
 The file is only read (never locked, created or modified). JSON fields: path, held,
 owner_pid, owner_tid, token, next_ticket, waiters (count), arriving, lease_remaining_ms,
@@ -79,9 +80,13 @@ A file of named locks prints {path, kind: names, names: [...]}, one such object 
 each starting with name (--name KEY: only that one).
 alive: false means the process is dead; the next acquire passes it over. shared: a reader
 or a permit (false for writers and exclusive locks).
+An etcd:// lock prints the same lines and fields: address instead of path, name first; no
+tickets (the waiters' lines start with their token) and null for what etcd does not record
+(tid, alive, held_ms, lease_remaining_ms, next_ticket); each holder and queue entry adds
+host, lease (its id) and owner (the record it wrote); last_token and revision close it.
 
 Exit status: 0; 65 not a lock file (or corrupt/incompatible); 66 cannot open (missing,
-unreadable, not a regular file); 64 usage.";
+unreadable, not a regular file); 68 etcd://: no quorum; 64 usage.";
 
 /// After the options in `fairlock demo --help`.
 pub const DEMO: &str = "\

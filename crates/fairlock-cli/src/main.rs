@@ -17,6 +17,7 @@ mod secs;
 mod sentinel;
 mod signals;
 mod status;
+mod status_print;
 mod stdout;
 
 use std::io::Write;
