@@ -9,28 +9,10 @@ use std::time::{Duration, Instant};
 
 use fairlock::{Error, FairLock, FdMode, LockKind};
 
+use crate::args::{LockArgs, UnlockArgs};
 use crate::exit::{self, Failure};
 use crate::secs::human;
-use crate::{LockArgs, UnlockArgs, signals};
-
-pub const LOCK_AFTER_HELP: &str = "\
-Examples:
-  exec 9>>/tmp/jobs.lock          # the shell opens the lock file on fd 9 (for writing)
-  fairlock lock 9                 # waits its turn; the shell now holds the lock
-  ./critical-section.sh
-  fairlock unlock 9               # or close fd 9 (exec 9>&-), or let the shell exit
-
-The lock belongs to the shell's open file description, not to the fairlock process: it is
-held until `fairlock unlock 9`, until every process sharing that description (the shell and
-any child still holding fd 9) has closed it, or until the shell dies; then the next waiter
-takes over and is told the owner died. A holder's waiters find out about its death by polling
-(within a millisecond for the next in line). Interrupted while waiting (Ctrl-C, SIGTERM),
-fairlock lock gives its place up and exits 130/143.";
-
-pub const UNLOCK_AFTER_HELP: &str = "\
-Releases the lock that fd FD holds (taken with fairlock lock FD); the next waiter gets it.
-Exits 0 also if FD holds no lock (as flock -u), 69 if the lock was lost (its --lease ran out
-and the next waiter took over).";
+use crate::signals;
 
 /// A descriptor number given on the command line, if it is open.
 fn descriptor(fd: i32) -> Result<BorrowedFd<'static>, Failure> {

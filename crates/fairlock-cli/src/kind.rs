@@ -10,7 +10,7 @@ use fairlock::{
     RwLockReadGuard, RwLockWriteGuard, SemaphorePermit,
 };
 
-use crate::RunArgs;
+use crate::args::RunArgs;
 
 /// An open lock of the kind the run asked for.
 pub enum Lock {
@@ -48,6 +48,7 @@ fn wanted(a: &RunArgs) -> Wanted {
 }
 
 /// Whether the run asked for anything but the plain exclusive lock (etcd has only that).
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 pub fn asks_for_a_kind(a: &RunArgs) -> bool {
     wanted(a) != Wanted::Default && wanted(a) != Wanted::Exclusive
 }

@@ -1,10 +1,15 @@
 //! `fairlock`: run commands under a strictly fair (FIFO) lock shared by processes, inspect a
-//! lock file, or watch a demonstration against `flock(2)`.
+//! lock, or watch a demonstration against `flock(2)`. This file holds the command line and
+//! sends each subcommand to its backend: a lock file, or a lock on etcd (`etcd://…`).
 
+mod args;
+mod child;
 mod demo;
+#[cfg(feature = "etcd")]
 mod etcd;
 mod exit;
 mod fdform;
+mod help;
 mod inherited;
 mod kind;
 mod run;
@@ -12,25 +17,17 @@ mod secs;
 mod sentinel;
 mod signals;
 mod status;
+mod status_print;
+mod stdout;
 
-use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use clap::{ArgGroup, Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
-const MAIN_AFTER: &str = "\
-Examples:
-  fairlock run /run/lock/backup.lock -- rsync -a /data /backup
-  fairlock run -w 10 jobs.lock -c 'make deploy >> deploy.log'
-  fairlock status jobs.lock
-  fairlock demo --quick
-
-Every `fairlock run` on the same LOCKFILE waits its turn in arrival order (first come,
-first served); a waiter or holder that dies never blocks the others.
-See docs/CLI.md for details.";
+use args::{DemoArgs, LockArgs, RunArgs, StatusArgs, UnlockArgs};
+use exit::Failure;
 
 /// Run commands one at a time, in arrival order, under a fair lock shared by processes.
 #[derive(Parser, Debug)]
@@ -39,7 +36,7 @@ See docs/CLI.md for details.";
     version,
     about = "Run commands one at a time, in arrival order, under a lock shared by processes",
     long_about = None,
-    after_help = format!("{MAIN_AFTER}\n\n{}", exit::TABLE),
+    after_help = format!("{}\n\n{}", help::MAIN, exit::TABLE),
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -49,164 +46,24 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Wait for the lock in FIFO order, then run a command while holding it.
-    #[command(after_help = run::AFTER_HELP, override_usage = run::USAGE)]
+    #[command(after_help = help::RUN, override_usage = help::RUN_USAGE)]
     Run(RunArgs),
     /// Take the lock for the shell's descriptor FD (exec 9>>FILE; fairlock lock 9): held until
     /// fairlock unlock FD, or until FD is closed everywhere (the shell exits).
-    #[command(after_help = fdform::LOCK_AFTER_HELP)]
+    #[command(after_help = help::LOCK)]
     Lock(LockArgs),
     /// Release the lock that descriptor FD holds (taken with fairlock lock FD).
-    #[command(after_help = fdform::UNLOCK_AFTER_HELP)]
+    #[command(after_help = help::UNLOCK)]
     Unlock(UnlockArgs),
     /// Show who holds a lock file and who waits for it (read-only).
-    #[command(after_help = status::AFTER_HELP)]
+    #[command(after_help = help::STATUS)]
     Status(StatusArgs),
     /// Show fairness and crash recovery against flock(2), with no setup (about 10 s).
-    #[command(after_help = demo::AFTER_HELP)]
+    #[command(after_help = help::DEMO)]
     Demo(DemoArgs),
     /// Internal: one worker process of `fairlock demo`.
     #[command(name = "__demo-worker", hide = true)]
     DemoWorker(demo::WorkerArgs),
-}
-
-#[derive(Args, Debug)]
-#[command(group(ArgGroup::new("what").required(true).args(["shell", "command"])))]
-pub struct RunArgs {
-    /// Fail at once (exit 1, see -E) if the lock is held or anyone is waiting for it (a dead
-    /// holder or waiter is passed over first).
-    #[arg(short = 'n', long = "nonblock", visible_aliases = ["nb", "nonblocking"],
-          conflicts_with = "wait", overrides_with = "nonblock")]
-    pub nonblock: bool,
-    /// A writer of a reader/writer lock: alone, in arrival order with the readers (-s). A
-    /// new LOCKFILE is made a reader/writer lock; without -s or -x the lock is exclusive
-    /// (or, for a reader/writer lock file, a writer).
-    #[arg(
-        short = 'x',
-        long = "exclusive",
-        short_alias = 'e',
-        overrides_with_all = ["exclusive", "shared"]
-    )]
-    pub exclusive: bool,
-    /// A reader of a reader/writer lock: readers run together, writers (-x, or no flag) alone,
-    /// everybody in arrival order. A new LOCKFILE is made a reader/writer lock.
-    #[arg(short = 's', long = "shared", overrides_with_all = ["exclusive", "shared"])]
-    pub shared: bool,
-    /// A semaphore: at most N commands at once, started in arrival order. Every user of
-    /// LOCKFILE must give the same N (a different one is refused, exit 65).
-    #[arg(long, value_name = "N", conflicts_with_all = ["exclusive", "shared"],
-          value_parser = clap::value_parser!(u32).range(1..=524_288))]
-    pub permits: Option<u32>,
-    /// The lock named KEY inside LOCKFILE, a file of named locks (created with the name on
-    /// first use): any number of independent locks in one file, each FIFO and robust. KEY is
-    /// any UTF-8 of at most 255 bytes. Combines with -s, -x and --permits (each name has its
-    /// own kind).
-    #[arg(long, value_name = "KEY")]
-    pub name: Option<String>,
-    /// Accepted for flock(1)'s habits and always in effect: the command never inherits the
-    /// lock (fairlock holds it, and releases it when the command ends).
-    #[arg(short = 'o', long = "close", overrides_with = "close")]
-    pub close: bool,
-    /// Give up (exit 1, see -E) after waiting SECS seconds (fractions allowed: 0.5).
-    #[arg(short = 'w', long = "wait", visible_alias = "timeout", value_name = "SECS",
-          value_parser = secs::parse_wait)]
-    pub wait: Option<Duration>,
-    /// Exit code for a busy lock (-n) or a timeout (-w).
-    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit::CONFLICT)]
-    pub conflict_exit_code: u8,
-    /// Hold the lock for at most SECS seconds: after that the next waiter may take it over,
-    /// and fairlock then exits 69 when the command ends. For etcd://, the lease's TTL (whole
-    /// seconds, default 10), renewed while fairlock lives.
-    #[arg(long, value_name = "SECS", value_parser = secs::parse_lease)]
-    pub lease: Option<Duration>,
-    /// Send SIGTERM to the command as soon as its lease is lost.
-    #[arg(long, requires = "lease")]
-    pub kill_on_lost: bool,
-    /// Report waiting, getting and releasing the lock on stderr.
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// Run SHELL_COMMAND with `/bin/sh -c` instead of COMMAND.
-    #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND")]
-    pub shell: Option<OsString>,
-    /// The lock file, created (mode 0600) if missing; or a lock on etcd,
-    /// etcd://HOST:PORT[,HOST:PORT...]/NAME (a build with the `etcd` feature).
-    #[arg(value_name = "LOCKFILE")]
-    pub lockfile: PathBuf,
-    /// The command to run, and its arguments.
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        conflicts_with = "shell"
-    )]
-    pub command: Vec<OsString>,
-}
-
-#[derive(Args, Debug)]
-pub struct LockArgs {
-    /// Fail at once (exit 1, see -E) if the lock is held or anyone is waiting for it.
-    #[arg(short = 'n', long = "nonblock", visible_aliases = ["nb", "nonblocking"],
-          conflicts_with = "wait")]
-    pub nonblock: bool,
-    /// Give up (exit 1, see -E) after waiting SECS seconds (fractions allowed: 0.5).
-    #[arg(short = 'w', long = "wait", visible_alias = "timeout", value_name = "SECS",
-          value_parser = secs::parse_wait)]
-    pub wait: Option<Duration>,
-    /// Exit code for a busy lock (-n) or a timeout (-w).
-    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N", default_value_t = exit::CONFLICT)]
-    pub conflict_exit_code: u8,
-    /// A writer of a reader/writer lock (as fairlock run -x).
-    #[arg(short = 'x', long = "exclusive", short_alias = 'e', overrides_with_all = ["exclusive", "shared"])]
-    pub exclusive: bool,
-    /// A reader of a reader/writer lock (as fairlock run -s).
-    #[arg(short = 's', long = "shared", overrides_with_all = ["exclusive", "shared"])]
-    pub shared: bool,
-    /// A permit of a semaphore of N permits (as fairlock run --permits).
-    #[arg(long, value_name = "N", conflicts_with_all = ["exclusive", "shared"],
-          value_parser = clap::value_parser!(u32).range(1..=524_288))]
-    pub permits: Option<u32>,
-    /// The lock is held for at most SECS seconds; after that the next waiter may take it over
-    /// (nothing renews it: fairlock lock has exited).
-    #[arg(long, value_name = "SECS", value_parser = secs::parse_lease)]
-    pub lease: Option<Duration>,
-    /// Report the wait and the grant on stderr.
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// The descriptor, open for writing on the lock file (exec 9>>FILE).
-    #[arg(value_name = "FD")]
-    pub fd: i32,
-}
-
-#[derive(Args, Debug)]
-pub struct UnlockArgs {
-    /// Report the release on stderr.
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// The descriptor that holds the lock.
-    #[arg(value_name = "FD")]
-    pub fd: i32,
-}
-
-#[derive(Args, Debug)]
-pub struct StatusArgs {
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
-    /// Only the lock named KEY of a file of named locks.
-    #[arg(long, value_name = "KEY")]
-    pub name: Option<String>,
-    /// The lock file (never modified), or etcd://HOST:PORT[,HOST:PORT...]/NAME.
-    #[arg(value_name = "LOCKFILE")]
-    pub lockfile: PathBuf,
-}
-
-#[derive(Args, Debug)]
-pub struct DemoArgs {
-    /// A shorter run (about 4 s) with fewer workers.
-    #[arg(long)]
-    pub quick: bool,
-    /// Also draw the waits as an SVG picture into FILE (replaced if it exists).
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -215,10 +72,16 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     let result = match cli.command {
-        Command::Run(args) => run::main(&args),
+        Command::Run(args) => match etcd_address(&args.lockfile) {
+            None => run::main(&args),
+            Some(address) => run_on_etcd(&args, address),
+        },
         Command::Lock(args) => fdform::lock(&args),
         Command::Unlock(args) => fdform::unlock(&args),
-        Command::Status(args) => status::main(&args),
+        Command::Status(args) => match etcd_address(&args.lockfile) {
+            None => status::main(&args),
+            Some(address) => status_on_etcd(&args, address),
+        },
         Command::Demo(args) => demo::main(&args),
         Command::DemoWorker(args) => demo::worker(&args),
     };
@@ -231,6 +94,42 @@ fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     }
+}
+
+/// LOCKFILE's address if it names a lock on etcd (`etcd://…`), else `None` (a lock file).
+fn etcd_address(lockfile: &Path) -> Option<&str> {
+    lockfile.to_str().filter(|s| s.starts_with("etcd://"))
+}
+
+#[cfg(feature = "etcd")]
+fn run_on_etcd(a: &RunArgs, address: &str) -> Result<u8, Failure> {
+    etcd::run(a, address)
+}
+
+#[cfg(feature = "etcd")]
+fn status_on_etcd(a: &StatusArgs, address: &str) -> Result<u8, Failure> {
+    etcd::status(a, address)
+}
+
+#[cfg(not(feature = "etcd"))]
+fn run_on_etcd(_: &RunArgs, address: &str) -> Result<u8, Failure> {
+    Err(etcd_not_built(address))
+}
+
+#[cfg(not(feature = "etcd"))]
+fn status_on_etcd(_: &StatusArgs, address: &str) -> Result<u8, Failure> {
+    Err(etcd_not_built(address))
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd_not_built(address: &str) -> Failure {
+    Failure::new(
+        exit::USAGE,
+        format!(
+            "{address}: this fairlock was built without etcd support (build it with \
+             `cargo build --release -p fairlock-cli --features etcd`)"
+        ),
+    )
 }
 
 /// Help and version go to stdout with status 0; every other parse error becomes one line
@@ -283,13 +182,6 @@ fn one_line(rendered: &str) -> String {
         None => out.push_str(" (see 'fairlock --help')"),
     }
     out
-}
-
-/// Writes to stdout, ignoring a closed pipe.
-pub fn out(text: &str) {
-    let mut o = std::io::stdout().lock();
-    let _ = o.write_all(text.as_bytes());
-    let _ = o.flush();
 }
 
 #[cfg(test)]

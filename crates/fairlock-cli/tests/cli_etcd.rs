@@ -141,10 +141,19 @@ fn conflicts_timeouts_and_a_killed_holder() {
     assert_eq!(o.status.code(), Some(1));
     assert!(start.elapsed() >= Duration::from_millis(400));
 
-    // Status shows the holder (the `fairlock run` process, which holds the lease).
+    // Status shows the holder (the `fairlock run` process, which holds the lease), in the
+    // lines of a lock file's status.
     let o = run(&["status", &address]);
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains(&format!("pid={}", h.id())), "{text}");
+    assert!(
+        text.contains(&format!("holder:         pid {}, host ", h.id())),
+        "{text}"
+    );
+    let j = status_json(&address);
+    assert!(
+        j.contains(&format!("\"held\":true,\"owner_pid\":{},", h.id())),
+        "{j}"
+    );
 
     // SIGKILL the holding fairlock: the next gets the lock after the 2 s TTL, told.
     h.kill().unwrap();
@@ -244,12 +253,15 @@ fn unreachable_clusters_bad_addresses_and_status() {
     let o = run(&["status", &address]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        o.status.success() && text.contains("holder:         none"),
+        o.status.success() && text.contains("holder:         none (free)\n"),
         "{text}"
     );
     let j = status_json(&address);
     assert!(
-        j.starts_with('{') && j.contains("\"holder\":null") && j.contains("\"last_token\":0"),
+        j.starts_with('{')
+            && j.contains("\"kind\":\"exclusive\"")
+            && j.contains("\"holder\":null")
+            && j.contains("\"last_token\":0"),
         "{j}"
     );
     // A clean run leaves the record of its token behind.

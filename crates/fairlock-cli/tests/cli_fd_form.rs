@@ -2,6 +2,8 @@
 //! belongs to the shell's open file description, outlives `fairlock lock`, is released by
 //! `fairlock unlock` or when the shell dies (the next waiter told), keeps arrival order with
 //! `fairlock run` waiters, and a waiter interrupted by Ctrl-C gives its place up.
+//! `fairlock unlock` reports a lock lost to a takeover (69) and, as `flock -u`, exits 0 when FD
+//! holds nothing, a file nobody has locked yet included.
 
 mod bash;
 #[path = "../../../tests/common/mod.rs"]
@@ -149,4 +151,50 @@ fn a_waiter_killed_by_sigkill_holds_the_queue_until_its_descriptor_is_unlocked_o
         "$FL" run -w 5 "$D/jobs.lock" true || exit 6"#,
     );
     assert!(o.status.success(), "{}", text(&o));
+}
+
+/// docs/CLI.md: "`fairlock unlock FD` ... 69 if the lock was lost (its `--lease` ran out and
+/// the next waiter took over)". The script learns at its unlock that someone else was inside
+/// while it thought it held the lock.
+#[test]
+fn unlock_after_the_lease_was_taken_over_exits_69() {
+    let dir = TempDir::new("cli-fd-lease-lost");
+    let o = sh(
+        dir.path(),
+        r#"
+        exec 9>>"$D/jobs.lock"
+        "$FL" lock --lease 0.2 9 || exit 90
+        # The next waiter takes over once the lease has run out.
+        "$FL" run -w 10 "$D/jobs.lock" -c 'test "$FAIRLOCK_OWNER_DIED" = 1' || exit 91
+        "$FL" unlock -v 9
+        echo "unlock=$?"
+        "#,
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("unlock=69"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// docs/CLI.md: "`fairlock unlock FD` releases the lock FD holds ...: exit 0, also when FD
+/// holds nothing (as `flock -u`)". A lock file nobody has locked yet (empty: `exec 9>>f`
+/// creates it) holds nothing, and `fairlock unlock` leaves it as it is.
+#[test]
+fn unlock_of_a_never_locked_file_exits_0_as_flock_u() {
+    let dir = TempDir::new("cli-fd-unlock-empty");
+    let o = sh(
+        dir.path(),
+        r#"
+        exec 9>>"$D/jobs.lock"
+        "$FL" unlock 9
+        echo "unlock=$?"
+        "#,
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("unlock=0"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::metadata(dir.join("jobs.lock")).unwrap().len(), 0);
 }

@@ -65,6 +65,17 @@ fn unix_ms() -> u128 {
         .unwrap_or(0)
 }
 
+impl EtcdOptions {
+    /// Connects for async use; see [`AsyncEtcdLock::connect`].
+    pub async fn connect_async<S: AsRef<str>>(
+        &self,
+        endpoints: &[S],
+        name: &str,
+    ) -> Result<AsyncEtcdLock> {
+        AsyncEtcdLock::connect_with(self, endpoints, name).await
+    }
+}
+
 impl AsyncEtcdLock {
     /// Connects with the default options ([`EtcdOptions`]): a 10 s lease.
     pub async fn connect<S: AsRef<str>>(endpoints: &[S], name: &str) -> Result<AsyncEtcdLock> {

@@ -50,6 +50,14 @@ fn outside_runtime(what: &str) -> Result<()> {
     Ok(())
 }
 
+impl EtcdOptions {
+    /// Connects to the cluster at `endpoints` (`HOST:PORT` or `http://HOST:PORT`) and opens
+    /// the lock `name`, for blocking use; see [`EtcdLock::connect`].
+    pub fn connect<S: AsRef<str>>(&self, endpoints: &[S], name: &str) -> Result<EtcdLock> {
+        EtcdLock::connect_with(self, endpoints, name)
+    }
+}
+
 impl EtcdLock {
     /// Connects to the cluster at `endpoints` (`HOST:PORT` or `http://HOST:PORT`; any
     /// members of it) and opens the lock `name` (1 to 255 bytes of UTF-8, no `/`, no control

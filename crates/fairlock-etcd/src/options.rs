@@ -1,9 +1,9 @@
-//! [`EtcdOptions`]: the lease TTL and the timeouts, and the `connect` calls that use them.
+//! [`EtcdOptions`]: the lease TTL and the timeouts, and their validation. The `connect` calls
+//! that use them are with the locks they open: `EtcdOptions::connect` in `blocking.rs`,
+//! `EtcdOptions::connect_async` in `asynchronous.rs`.
 
 use std::time::Duration;
 
-use crate::asynchronous::AsyncEtcdLock;
-use crate::blocking::EtcdLock;
 use crate::error::{Error, Result};
 
 /// Options for connecting to an etcd lock: `EtcdLock::options().lease_ttl(…).connect(…)`.
@@ -89,21 +89,6 @@ impl EtcdOptions {
             }
         }
         Ok(ttl_s)
-    }
-
-    /// Connects to the cluster at `endpoints` (`HOST:PORT` or `http://HOST:PORT`) and opens
-    /// the lock `name`, for blocking use; see [`EtcdLock::connect`].
-    pub fn connect<S: AsRef<str>>(&self, endpoints: &[S], name: &str) -> Result<EtcdLock> {
-        EtcdLock::connect_with(self, endpoints, name)
-    }
-
-    /// Connects for async use; see [`AsyncEtcdLock::connect`].
-    pub async fn connect_async<S: AsRef<str>>(
-        &self,
-        endpoints: &[S],
-        name: &str,
-    ) -> Result<AsyncEtcdLock> {
-        AsyncEtcdLock::connect_with(self, endpoints, name).await
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use fairlock::FairLock;
 
-use crate::DemoArgs;
+use crate::args::DemoArgs;
 use crate::exit::{self, Failure};
 
 mod picture;
@@ -26,19 +26,6 @@ use picture::{BUCKETS, Chart, Series, bar, histogram};
 use stats::{Grant, fmt_ns, stats};
 use worker::now_ns;
 pub use worker::{WorkerArgs, worker};
-
-pub const AFTER_HELP: &str = "\
-Needs no setup: the lock files live in a fresh directory under $XDG_RUNTIME_DIR (else
-/dev/shm, else the temp dir) that is removed at the end. It runs worker processes that
-  1. wait for the lock while another worker re-locks it at once after every turn (as cron
-     jobs and worker loops do): how long does each waiter wait, behind how many re-locks?
-  2. lock, work, unlock and repeat for a fixed time: how many times does a later
-     request overtake an earlier one, how are grants shared, how are the waits spread?
-  3. (fairlock) a holder is SIGKILLed while two others wait: how soon does the next one
-     get the lock, and does it know its predecessor died?
-Steps 1 and 2 run once with fairlock and once with flock(2) on another file.
-Progress goes to stderr (one updating line on a terminal); results to stdout;
---plot FILE also draws steps 1 and 2 as an SVG picture.";
 
 /// Sizes and durations of one demo run.
 struct Config {
@@ -75,7 +62,7 @@ impl Ui {
             eprint!("\r\x1b[K");
         }
         let _ = io::stderr().flush();
-        crate::out(&format!("{msg}\n"));
+        crate::stdout::write(&format!("{msg}\n"));
     }
 }
 
@@ -419,7 +406,7 @@ impl Demo {
                 .progress(&format!("{}: collecting results", kind.label()), false);
             let grants = collect(children)?;
             let all_present = start + gap * (n as u64 - 1);
-            let (row, summary) = stats(kind, &grants, n, all_present, end);
+            let (row, summary) = stats(kind.label(), &grants, n, all_present, end);
             self.ui.line(&format!("   {row}"));
             summaries.push(summary);
             runs.push((kind, grants, all_present, end));

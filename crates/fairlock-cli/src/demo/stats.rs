@@ -1,7 +1,5 @@
 //! The demo's statistics: overtakes, wait percentiles, shares.
 
-use super::Kind;
-
 /// One grant, as a worker saw it.
 #[derive(Clone, Copy, Debug)]
 pub struct Grant {
@@ -58,9 +56,10 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
-/// One table row of step 2, and a sentence for the summary.
+/// One table row of step 2, and a sentence for the summary (`label`: the lock's, as
+/// "fairlock" or "flock(2)").
 pub fn stats(
-    kind: Kind,
+    label: &str,
     grants: &[Grant],
     workers: usize,
     all_present: u64,
@@ -68,8 +67,8 @@ pub fn stats(
 ) -> (String, String) {
     if grants.is_empty() {
         return (
-            format!("{:<9} no grants", kind.label()),
-            format!("{}: no grants", kind.label()),
+            format!("{:<9} no grants", label),
+            format!("{}: no grants", label),
         );
     }
     let ov = overtakes(grants);
@@ -101,21 +100,21 @@ pub fn stats(
     let summary = if late == 0 {
         format!(
             "{}: {} grants, none overtaken by a later request, longest wait {}, busiest/least busy worker {ratio}",
-            kind.label(),
+            label,
             grants.len(),
             fmt_ns(*waits.last().unwrap_or(&0)),
         )
     } else {
         format!(
             "{}: {} grants, {late} overtaken by later requests (worst: by {max_ov}), longest wait {}, busiest/least busy worker {ratio}",
-            kind.label(),
+            label,
             grants.len(),
             fmt_ns(*waits.last().unwrap_or(&0)),
         )
     };
     let row = format!(
         "{:<9} {:>8} {:>20} {:>8} {:>8} {:>8} {:>8}  {max}/{min} = {ratio}",
-        kind.label(),
+        label,
         grants.len(),
         format!(
             "{late} ({:.1}%, {max_ov})",
