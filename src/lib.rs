@@ -113,19 +113,15 @@ pub use error::{Error, Result};
 
 #[cfg(not(loom))]
 pub use api::{
-    arc_guard::{
-        ArcLockGuard, ArcMutexGuard, ArcRLockGuard, ArcRwLockReadGuard, ArcRwLockWriteGuard,
-        ArcSemaphorePermit,
-    },
     fd_form::{FdGrant, FdMode, unlock_fd},
     guard::LockGuard,
     kind_guard::{RwLockReadGuard, RwLockWriteGuard, SemaphorePermit},
-    lock::FairLock,
-    mutex::{FairMutex, MutexGuard},
+    lock::{ArcLockGuard, FairLock},
+    mutex::{ArcMutexGuard, FairMutex, MutexGuard},
     options::{DEFAULT_PARTICIPANTS, DEFAULT_SLOTS, Fairness, OpenOptions},
-    rlock::FairRLock,
-    rwlock::FairRwLock,
-    semaphore::FairSemaphore,
+    rlock::{ArcRLockGuard, FairRLock},
+    rwlock::{ArcRwLockReadGuard, ArcRwLockWriteGuard, FairRwLock},
+    semaphore::{ArcSemaphorePermit, FairSemaphore},
     status::{LockKind, Status, TicketInfo, inspect},
 };
 

@@ -314,7 +314,7 @@ impl OpenOptions {
             view: shared.clone(),
             entry: Some((i, n)),
         };
-        let mut raw = RawLock::with_view(shared, self, create, None);
+        let mut raw = RawLock::with_view(shared, self.asks(), create, None);
         // Held for the descriptor, not for this process's thread: no thread beacon, no record
         // of a leased grant for the thread.
         raw.beacon_hints = false;

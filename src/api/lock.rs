@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::api::arc_guard::ArcLockGuard;
+use crate::api::arc_guard::arc_guard;
 use crate::api::guard::LockGuard;
 use crate::api::options::OpenOptions;
 use crate::error::Result;
@@ -77,5 +77,41 @@ impl FairLock {
             lock, try_lock, lock_timeout, lock_until, lock_interruptible,
             lock_arc, try_lock_arc, lock_arc_timeout,
         ],
+    }
+}
+
+arc_guard!(
+    /// Proof of holding a [`FairLock`] kept in an [`Arc`](std::sync::Arc), returned by
+    /// [`FairLock::lock_arc`]: it owns a clone of the `Arc`, so it has no lifetime and can be
+    /// stored in a struct or returned from a function. It dereferences to the [`LockGuard`],
+    /// whose methods it has: [`token`](LockGuard::token), [`owner_died`](LockGuard::owner_died),
+    /// [`check`](LockGuard::check), [`extend`](LockGuard::extend); end it with
+    /// [`ArcLockGuard::unlock`] (to learn whether the lock was still ours) or by dropping it.
+    ///
+    /// Like [`LockGuard`] it is not `Send`: the lock belongs to the thread that acquired it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let path = std::env::temp_dir().join(format!("fairlock-arc-{}.lock", std::process::id()));
+    /// let lock = Arc::new(fairlock::FairLock::open(&path)?);
+    ///
+    /// struct Job { _hold: fairlock::ArcLockGuard }
+    /// let job = Job { _hold: lock.lock_arc()? };    // no borrow of `lock` is kept
+    /// assert!(lock.try_lock().is_err());
+    /// drop(job);
+    /// assert!(lock.try_lock().is_ok());
+    /// # std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ArcLockGuard [] [],
+    handle: FairLock,
+    guard: LockGuard<'static>,
+    borrowed: LockGuard<'_>,
+);
+
+impl ArcLockGuard {
+    /// The lock this guard holds (the same as [`handle`](ArcLockGuard::handle)).
+    pub fn fair_lock(&self) -> &std::sync::Arc<FairLock> {
+        &self.handle
     }
 }

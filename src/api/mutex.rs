@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 
 use bytemuck::Pod;
 
-use crate::api::arc_guard::ArcMutexGuard;
+use crate::api::arc_guard::arc_guard;
 use crate::api::guard::LockGuard;
 use crate::api::options::OpenOptions;
 use crate::core::state::DataShape;
@@ -278,5 +278,21 @@ impl<T: Pod + std::fmt::Debug> std::fmt::Debug for MutexGuard<'_, T> {
             .field("token", &self.token())
             .field("owner_died", &self.owner_died())
             .finish()
+    }
+}
+
+arc_guard!(
+    /// Proof of holding a [`FairMutex<T>`] kept in an [`Arc`](std::sync::Arc) (from [`FairMutex::lock_arc`]):
+    /// it dereferences to the [`MutexGuard`], and through it to the value (`guard.field`,
+    /// `**guard = value`). Not `Send`, as the `MutexGuard`.
+    ArcMutexGuard [T: Pod] [T],
+    handle: FairMutex<T>,
+    guard: MutexGuard<'static, T>,
+    borrowed: MutexGuard<'_, T>,
+);
+
+impl<T: Pod> std::ops::DerefMut for ArcMutexGuard<T> {
+    fn deref_mut(&mut self) -> &mut MutexGuard<'static, T> {
+        &mut self.guard
     }
 }

@@ -8,7 +8,7 @@ use crate::core::Tuning;
 use crate::core::state::{DataShape, MAX_BYPASS, MAX_PERMITS, RecordKind};
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
-use crate::raw::handle::RawLock;
+use crate::raw::handle::{Asks, RawLock};
 use crate::{FairLock, FairMutex, FairRLock, FairRwLock, FairSemaphore};
 
 /// Default number of waiting-array slots of a new file: more concurrent waiters than this
@@ -252,7 +252,12 @@ impl OpenOptions {
     pub fn open(&self, path: impl AsRef<Path>) -> Result<FairLock> {
         self.check()?;
         Ok(FairLock {
-            raw: RawLock::with_options(path.as_ref(), self)?,
+            raw: RawLock::open(
+                path.as_ref(),
+                self.create_options(),
+                self.name_key().cloned(),
+                self.asks(),
+            )?,
         })
     }
 
@@ -382,6 +387,14 @@ impl OpenOptions {
     }
 
     /// The lease in whole milliseconds (rounded up), if any.
+    /// What a handle opened with these options asks of its grants.
+    pub(crate) fn asks(&self) -> Asks {
+        Asks {
+            lease_ms: self.lease_ms(),
+            tuning: self.tuning(),
+        }
+    }
+
     pub(crate) fn lease_ms(&self) -> Option<u64> {
         self.lease
             .map(|d| (d.as_nanos().div_ceil(1_000_000)).min(u128::from(MAX_LEASE_MS)) as u64)

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::FairLock;
-use crate::api::arc_guard::ArcRLockGuard;
+use crate::api::arc_guard::arc_guard;
 use crate::api::guard::LockGuard;
 use crate::api::options::OpenOptions;
 use crate::error::Result;
@@ -79,3 +79,12 @@ impl FairRLock {
         ],
     }
 }
+
+arc_guard!(
+    /// Proof of holding a [`FairRLock`] kept in an [`Arc`](std::sync::Arc) (from [`FairRLock::lock_arc`]): as
+    /// [`ArcLockGuard`](crate::ArcLockGuard), one level of the re-entrant hold.
+    ArcRLockGuard [] [],
+    handle: FairRLock,
+    guard: LockGuard<'static>,
+    borrowed: LockGuard<'_>,
+);

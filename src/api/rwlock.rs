@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::api::arc_guard::{ArcRwLockReadGuard, ArcRwLockWriteGuard};
+use crate::api::arc_guard::arc_guard;
 use crate::api::kind_guard::{RwLockReadGuard, RwLockWriteGuard};
 use crate::api::options::OpenOptions;
 use crate::error::Result;
@@ -101,3 +101,19 @@ impl FairRwLock {
         ],
     }
 }
+
+arc_guard!(
+    /// A read grant of a [`FairRwLock`] kept in an [`Arc`](std::sync::Arc) (from [`FairRwLock::read_arc`]).
+    ArcRwLockReadGuard [] [],
+    handle: FairRwLock,
+    guard: RwLockReadGuard<'static>,
+    borrowed: RwLockReadGuard<'_>,
+);
+
+arc_guard!(
+    /// A write grant of a [`FairRwLock`] kept in an [`Arc`](std::sync::Arc) (from [`FairRwLock::write_arc`]).
+    ArcRwLockWriteGuard [] [],
+    handle: FairRwLock,
+    guard: RwLockWriteGuard<'static>,
+    borrowed: RwLockWriteGuard<'_>,
+);

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::api::arc_guard::ArcSemaphorePermit;
+use crate::api::arc_guard::arc_guard;
 use crate::api::kind_guard::SemaphorePermit;
 use crate::api::options::OpenOptions;
 use crate::error::Result;
@@ -88,3 +88,12 @@ impl FairSemaphore {
         ],
     }
 }
+
+arc_guard!(
+    /// A permit of a [`FairSemaphore`] kept in an [`Arc`](std::sync::Arc) (from
+    /// [`FairSemaphore::acquire_arc`]); `Send`, as the [`SemaphorePermit`].
+    ArcSemaphorePermit [] [],
+    handle: FairSemaphore,
+    guard: SemaphorePermit<'static>,
+    borrowed: SemaphorePermit<'_>,
+);

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, Ordering::Acquire, Ordering::Release};
 use std::sync::{Arc, Mutex};
 
-use crate::api::options::OpenOptions;
 use crate::core::Tuning;
 use crate::error::{Error, Result};
 use crate::file::CreateOptions;
@@ -78,18 +77,32 @@ fn open_view(path: &Path, create: &CreateOptions, name: Option<&str>) -> Result<
     Ok(shared)
 }
 
+/// What a handle asks of its grants, whatever opened it: the lease (ms) and the tuning of
+/// its waits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Asks {
+    /// The lease each grant asks for, in ms; `None` to hold until released.
+    pub(crate) lease_ms: Option<u64>,
+    /// Spinning, graces and polling of the waits.
+    pub(crate) tuning: Tuning,
+}
+
 impl RawLock {
-    pub(crate) fn with_options(path: &Path, o: &OpenOptions) -> Result<RawLock> {
-        let create = o.create_options();
-        let name = o.name_key().cloned();
+    /// Opens the lock at `path` (named `name` in a file of named locks) as `create` says.
+    pub(crate) fn open(
+        path: &Path,
+        create: CreateOptions,
+        name: Option<Arc<str>>,
+        asks: Asks,
+    ) -> Result<RawLock> {
         let shared = open_view(path, &create, name.as_deref())?;
-        Ok(RawLock::with_view(shared, o, create, name))
+        Ok(RawLock::with_view(shared, asks, create, name))
     }
 
-    /// A handle over `shared` (a view opened for it), with `o`'s lease and tuning.
+    /// A handle over `shared` (a view opened for it), asking `asks` of its grants.
     pub(crate) fn with_view(
         shared: Arc<Shared>,
-        o: &OpenOptions,
+        asks: Asks,
         create: CreateOptions,
         name: Option<Arc<str>>,
     ) -> RawLock {
@@ -97,8 +110,8 @@ impl RawLock {
         RawLock {
             current,
             views: Mutex::new(vec![shared]),
-            lease_ms: o.lease_ms(),
-            tuning: o.tuning(),
+            lease_ms: asks.lease_ms,
+            tuning: asks.tuning,
             create,
             kept_on_exit: if create.data_type.is_empty() {
                 0
