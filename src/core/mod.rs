@@ -77,8 +77,6 @@ mod fast_review;
 #[cfg(all(test, not(loom)))]
 mod fetch_add_review;
 #[cfg(all(test, not(loom)))]
-mod names_review;
-#[cfg(all(test, not(loom)))]
 mod tests;
 #[cfg(all(test, not(loom)))]
 mod weighted_review;
