@@ -189,8 +189,7 @@ fn no_barge_in_a_strict_file_nor_ahead_of_a_claimed_or_pregranted_ticket() {
 }
 
 /// A lock with a deadline already past makes one try, as `try_lock`, and never barges ahead of
-/// a granted, unclaimed ticket (it tried the barge before it looked at the deadline: review
-/// finding).
+/// a granted, unclaimed ticket.
 #[test]
 fn a_deadline_already_past_never_barges() {
     let owned = OwnedState::of_kind(8, 8, RecordKind::bounded(2));
@@ -222,10 +221,10 @@ fn a_deadline_already_past_never_barges() {
     );
 }
 
-/// The barge count `B` is never cleared (drains keep it), but the one-CAS uncontended release
-/// expects `LockWord::fast_held(t, participant)`, whose `B` is 0: after the first barge in the
-/// life of a bounded file, every uncontended release misses its CAS and takes `end_fast`'s
-/// slow path (a second load and CAS) — the fast path is gone for good.
+/// The one-CAS uncontended release expects `LockWord::fast_held(t, participant)`, whose barge
+/// count `B` is 0; a drain clears `B`, so after the queue of a barge has drained, uncontended
+/// releases are one CAS again (not `end_fast`'s slow path, a second load and CAS, for the rest
+/// of a bounded file's life).
 #[test]
 fn the_uncontended_release_stays_one_cas_after_a_barge() {
     let owned = bounded(4);
@@ -334,8 +333,8 @@ fn a_barger_that_finds_the_grant_claimed_after_its_cas_backs_off_and_keeps_the_n
 fn a_barger_whose_head_was_granted_claimed_and_released_before_its_cas_gives_the_lock_back() {
     // The word does not change when a grantee claims, releases and the walk grants the next:
     // the barger's CAS from what it saw succeeds, its look at the slot finds `Done`, and it
-    // must undo the barge although `head` has moved on (it identified the barge by `head`,
-    // failed to find it, and left `H` set for ever: every thread of `tests/bounded.rs` hung).
+    // undoes the barge although `head` has moved on (the barge is known by its entry and
+    // count, not by `head`: `H` left set for ever would hang every later taker).
     let owned = bounded(4);
     let st = owned.view();
     let p = ModelPlatform::new(1);
@@ -357,7 +356,7 @@ fn a_barger_whose_head_was_granted_claimed_and_released_before_its_cas_gives_the
 }
 
 /// A grantee whose deadline passes while a barge holds gives its claimed ticket back
-/// (`Skipped`) and answers `Timeout` (third review: it waited out the barge, however long);
+/// (`Skipped`) and answers `Timeout` (rather than wait out the barge, however long);
 /// the barge's end then walks past it to the next waiter — or, had the barge already ended,
 /// the grantee's own look at the word would (the third Dekker pair).
 #[test]
@@ -498,11 +497,10 @@ fn a_grantee_killed_while_it_waits_for_a_barger_is_passed_when_the_barge_ends() 
 }
 
 /// A dead barger's news goes into `D` while `Q = 1`, for "the grantee or the next barger".
-/// But when the grantee it barged ahead of is dead too, the walk that passes it can *pre-grant*
-/// the next ticket (`Ready`: taken, not yet published), and a `Ready` ticket is claimed in
-/// `publish` without `after_claim`: it never looks at `D`. The first holder after the dead
-/// barger is not told; the news stays in the word and is told later to a holder whose
-/// predecessor released cleanly.
+/// When the grantee it barged ahead of is dead too, the walk that passes it can *pre-grant*
+/// the next ticket (`Ready`: taken, not yet published), which its taker claims in `publish`:
+/// that first holder after the dead barger is told, and the news does not stay in the word for
+/// a later holder whose predecessor released cleanly.
 #[test]
 fn a_pregranted_ticket_after_a_dead_barger_is_told_the_news() {
     let owned = bounded(4);
@@ -547,11 +545,10 @@ fn a_pregranted_ticket_after_a_dead_barger_is_told_the_news() {
 }
 
 /// A holder killed in its critical section: recovery revokes it and grants the head *with the
-/// news* (`died` in the granted slot word). A running thread then barges ahead of that grant:
-/// `look` accepts any unleased `Granted` word, and the barge's `died` is the lock word's `D`
-/// only. So the first holder after the dead one — the barger — was not told `owner_died` and
-/// worked on half-written data; the grantee, whose predecessor (the barger) released cleanly,
-/// was told instead. Fixed by refusing such a barge.
+/// news* (`died` in the granted slot word). No running thread barges ahead of that grant: a
+/// barge's `died` is the lock word's `D` only, so the first holder after the dead one — the
+/// barger — would work on half-written data untold, and the grantee, behind the barger's clean
+/// release, be told instead. The barge is refused, and the grantee is told.
 #[test]
 fn no_barge_ahead_of_a_grant_that_carries_a_death() {
     let owned = bounded(4);
@@ -581,13 +578,12 @@ fn no_barge_ahead_of_a_grant_that_carries_a_death() {
     release(&st, &p, &b, 2).unwrap();
 }
 
-/// `end_barge` identifies a barge by `head` ("while a barge holds, walks stop at its `H`:
-/// `head` stays at the ticket it barged ahead of"). But a walk checks the word only when it
+/// While a barge holds, walks stop at its `H` — but a walk checks the word only when it
 /// starts: a walker that loaded the word before the barge's CAS and reaches the head's slot
 /// after the (dead) grantee was skipped walks on, grants the next ticket and raises `head`.
-/// The live barger's release then finds `head` moved, returns `LockLost`, and leaves `H` set
-/// for ever: the grantee of the next ticket waits in `after_claim` for a live holder that
-/// will never clear it, and so does everybody else (until the barger's process exits).
+/// `end_barge` knows a barge by its entry and count, not by `head`, so the live barger's
+/// release still ends it and clears `H` (left set, the grantee of the next ticket would wait in
+/// `after_claim` for a holder that never clears it, and so would everybody else).
 #[test]
 fn a_walk_that_started_before_a_barge_does_not_strand_it() {
     let owned = bounded(4);
@@ -629,7 +625,7 @@ fn a_walk_that_started_before_a_barge_does_not_strand_it() {
             panic!("refused");
         };
         // The grantee's process is killed; the waiter behind it, watching its beacon, skips it
-        // (`wait::revoke_dead`, `Holding::Slot` in `Granted`: CAS to `Skipped`, then a walk,
+        // (`acquire::revoke_dead`, `Holding::Slot` in `Granted`: CAS to `Skipped`, then a walk,
         // which stops at the barger's `H`).
         p.model.set_dead(2, true);
         let slot = st.slot(t);
@@ -658,9 +654,9 @@ fn a_walk_that_started_before_a_barge_does_not_strand_it() {
     });
 }
 
-/// The same stale walk can *pre-grant* the next ticket (`Ready`) while a barge holds (found
-/// while fixing the review's findings): the taker's claim of a `Ready` ticket must wait for
-/// the barger like the claim of a `Granted` one, or two hold at once.
+/// The same stale walk can *pre-grant* the next ticket (`Ready`) while a barge holds: the
+/// taker's claim of a `Ready` ticket waits for the barger like the claim of a `Granted` one
+/// (else two would hold at once).
 #[test]
 fn a_ticket_pregranted_by_a_stale_walk_while_a_barge_holds_waits_for_it() {
     let owned = bounded(4);
@@ -676,7 +672,7 @@ fn a_ticket_pregranted_by_a_stale_walk_while_a_barge_holds_waits_for_it() {
         panic!("refused");
     };
     // The grantee of t is skipped (dead), and a walk that loaded the word before the barge's
-    // CAS passes it and pre-grants t2 — as `review_a_walk_that_started_before_a_barge_…`
+    // CAS passes it and pre-grants t2 — as `a_walk_that_started_before_a_barge_does_not_strand_it`
     // plays it with a gated platform; here the two words are written as that walk does.
     let slot = st.slot(t);
     let w = Word(slot.word.load(SeqCst));
@@ -716,14 +712,13 @@ fn a_ticket_pregranted_by_a_stale_walk_while_a_barge_holds_waits_for_it() {
     });
 }
 
-/// Two holders at once. A waiter first in line behind a fast holder sleeps on that holder's
-/// thread beacon, naming the grant `Holding::Fast { ticket: h − 1, participant }`. The fast
-/// holder releases (granting `h`) and its thread exits; before the waiter runs, *another
-/// thread of the same process* barges ahead of `h`. The barge has the same identity as the
-/// released fast grant — entry `participant`, "ticket" `h − 1` (`head − 1`) — so the waiter,
-/// woken by the beacon's death, revokes the live barge (`revoke_dead` → `end_fast` →
-/// `end_barge`, whose `head` check passes), claims its grant and enters while the barger is
-/// still in its critical section.
+/// A waiter first in line behind a fast holder sleeps on that holder's thread beacon, naming
+/// the grant `Holding::Fast { ticket: h − 1, participant }`. The fast holder releases (granting
+/// `h`) and its thread exits; before the waiter runs, *another thread of the same process*
+/// barges ahead of `h`: entry `participant` and "ticket" `h − 1` (`head − 1`) again. The
+/// waiter, woken by the beacon's death, does not take the live barge for the released fast
+/// grant and revoke it (`revoke_dead` → `end_fast` → `end_barge`): it waits while the barger is
+/// in its critical section (else two would hold at once).
 #[test]
 fn a_dead_fast_holder_s_beacon_does_not_revoke_its_process_s_live_barge() {
     let owned = bounded(4);
@@ -779,16 +774,15 @@ fn a_dead_fast_holder_s_beacon_does_not_revoke_its_process_s_live_barge() {
     });
 }
 
-/// Two holders. Two waiters recover the same dead fast holder (entry 1, ticket `h − 1`, a
-/// queue behind it from `h`). The first one's revoking walk grants `h` with the news — and it
-/// is preempted (here: in its wake of the sleeping grantee) before its last step, the clear of
-/// `H` "while the word still shows this grant": held by entry 1, queued, `head == h`. The second
-/// one finishes the revocation. The dead process's entry is claimed by a new process, whose
-/// thread barges ahead of `h` (granted, its waiter not yet running): held by entry 1, queued,
-/// `head == h` — the same test. The first revoker resumes and clears the live barge's `H`
-/// (`end_fast`'s last loop and `walk`'s `may_walk` for an ending walk never look at `G`);
-/// the grantee claims and goes in while the barger is in its critical section, and the
-/// barger's release fails with `LockLost`.
+/// Two waiters recover the same dead fast holder (entry 1, ticket `h − 1`, a queue behind it
+/// from `h`). The first one's revoking walk grants `h` with the news — and it is preempted
+/// (here: in its wake of the sleeping grantee) before its last step, the clear of `H` "while
+/// the word still shows this grant": held by entry 1, queued, `head == h`. The second one
+/// finishes the revocation. The dead process's entry is claimed by a new process, whose
+/// thread tries to barge ahead of `h` (granted, its waiter not yet running), which would show
+/// the same: held by entry 1, queued, `head == h`. The first revoker, resuming, never clears a
+/// live barge's `H` (the grantee would go in while the barger is in its critical section, and
+/// the barger's release fail with `LockLost`).
 #[test]
 fn a_preempted_revoker_of_a_dead_fast_holder_does_not_end_a_barge_of_its_reused_entry() {
     let owned = bounded(4);
@@ -815,8 +809,8 @@ fn a_preempted_revoker_of_a_dead_fast_holder_does_not_end_a_barge_of_its_reused_
         // barges ahead of `h`.
         p.model.set_dead(1, false);
         clean_up_participant(stv, p, 1);
-        // (A fix that refuses barges ahead of a grant carrying a death — the finding above —
-        // also closes this path: then there is nothing to end.)
+        // (A barge ahead of a grant that carries a death is refused: then there is nothing
+        // to end.)
         if let Barge::Took(g) = try_barge(stv, p, &me(1)) {
             *slot_g.lock().unwrap() = Some(g);
         }
@@ -842,12 +836,12 @@ fn a_preempted_revoker_of_a_dead_fast_holder_does_not_end_a_barge_of_its_reused_
     release(&st, &p, &b, 2).unwrap();
 }
 
-/// Two holders, through the ABA of a barge's identity (entry, count). `recover` reads a
-/// barge's (holder, count) from the word, judges the entry dead, and ends the barge *if the
-/// word still shows (holder, count)*. Since a drain clears the count (change 3), the same
-/// (entry, count) comes back after just one drain and as many barges as before, not after
-/// 1,024: a recoverer preempted between its judgement and its `end_barge` (here: right after
-/// `liveness` answered) ends the live barge of a new process that took the dead one's entry.
+/// The ABA of a barge's identity (entry, count): a drain clears the count, so the same
+/// (entry, count) comes back after just one drain and as many barges as before. `recover`
+/// reads a barge from the word, judges its entry dead, and revokes the barge only if the word
+/// is still exactly what it read, counter included: a recoverer preempted between its
+/// judgement and its revocation (here: right after `liveness` answered) never ends the live
+/// barge of a new process that took the dead one's entry (else two would hold at once).
 #[test]
 fn a_preempted_recoverer_does_not_end_a_later_barge_with_the_same_entry_and_count() {
     let owned = bounded(4);

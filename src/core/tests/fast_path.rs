@@ -140,19 +140,16 @@ fn weighted_tickets_stay_consecutive_through_the_counter_s_wrap() {
     }
 }
 
-/// `take_ticket` decided between `fetch_add` and the wrap-flipping CAS on a word it loaded
-/// *before* the `fetch_add`. A taker that loaded a counter below `FETCH_ADD_BELOW` and then
-/// stalled (preempted, SIGSTOPped) while others took the 2^16 tickets up to the wrap adds to
-/// whatever word it finds: if that is the last counter before the wrap (`2^40 − 1`), the add
-/// carries out of the word's top bit — the counter becomes 0 but `P` is not flipped, so that
-/// ticket and every later one are named `2^40` too low (the epoch's parity says "not wrapped
-/// yet"): tickets go backwards and the queue is corrupt. The comment ("cannot wrap here unless
-/// 2^16 takers raced past the check at once") misses the single stalled taker.
+/// `take_ticket` is one `fetch_add`, whatever the word it finds: a taker that stalls
+/// (preempted, SIGSTOPped) while others take the tickets up to the last counter before the
+/// wrap adds to that word, and the add's carry out of the counter flips `P`, the epoch's parity
+/// right above it. (A wrap that left `P` alone would name that ticket and every later one a
+/// whole epoch too low: tickets going backwards, a corrupt queue.)
 ///
-/// The stall is stood in for by a second thread that moves the word from just below
-/// `FETCH_ADD_BELOW` to the last counter before the wrap (as 2^16 takers would) at varying
-/// moments during the taker's `take_ticket`. Whenever the taker got the ticket before the wrap,
-/// the next ticket must be the one after it.
+/// The stall is stood in for by a second thread that moves the word from 2^16 + 1 tickets
+/// before the last counter of an epoch to that last counter (as 2^16 takers would) at varying
+/// moments during the taker's `take_ticket`. Whenever the taker gets the ticket before the
+/// wrap, the next ticket is the one after it.
 #[test]
 fn a_stalled_fetch_add_taker_never_wraps_the_counter_without_flipping_the_parity() {
     let o = Arc::new(OwnedState::of_kind(4, 4, RecordKind::semaphore(1)));
@@ -230,15 +227,14 @@ fn a_stalled_fetch_add_taker_never_wraps_the_counter_without_flipping_the_parity
     );
 }
 
-/// `LockState::ticket_of` must name a word's ticket from `epoch` read afterwards "unless the
-/// reader stalled for 2^40 tickets". A taker that reads the word one ticket before the counter
-/// wraps and reads `epoch` after two others took the last ticket of the epoch and the first of
-/// the next (the second raising `epoch` to 1) sees a stale parity and raises `epoch` *again*,
-/// to 2 (and the next `ticket_of` of a current word, finding parity 0 against `P = 1`, to 3):
-/// later tickets jump by 2^40 or more (and `take_behind` would raise `head` to the bogus
-/// ticket it computed). Here the taker (as in `take_behind`) computes 2^41 + 2^40 − 1 for the
-/// last ticket of epoch 0; B's release walk then sees a counter 2^41 tickets beyond C's, and
-/// after C's release the lock, held by nobody, is never granted again (`lock` times out).
+/// `LockState::ticket_of` names a word's ticket from `epoch` read afterwards, unless the
+/// reader stalled for a whole epoch. A taker reads the word one ticket before the counter
+/// wraps, and reads `epoch` only after two others took the last ticket of the epoch and the
+/// first of the next (the second raising `epoch` to 1): the word's parity is then older than
+/// `epoch`'s, not newer, and the taker names the last ticket of epoch 0 and leaves `epoch` at 1.
+/// (Raising it again, to 2, would make later tickets jump by epochs — and the next release walk
+/// see a counter far beyond the next taker's, so that the lock, held by nobody, is never
+/// granted again.) The next lock of the free lock gets the ticket after C's.
 #[test]
 fn a_word_read_just_before_the_counter_wraps_does_not_raise_the_epoch_twice() {
     let o = OwnedState::new(4, 8);
@@ -287,16 +283,13 @@ fn a_word_read_just_before_the_counter_wraps_does_not_raise_the_epoch_twice() {
 /// Fast tickets never touch the slots, so a slot's lap may fall any number of laps behind
 /// (`LapRelation::Behind`). Laps are compared modulo 2^44 with a 2^43 window: after 2^43 laps
 /// of fast tickets (2^44 acquisitions with two slots — days of a busy uncontended lock) an
-/// untouched slot's lap reads as *later* than the ticket's. A taker that queues then finds its
-/// ticket "skipped" (`publish` → `Skipped`) and retakes, 1000 times, and `lock` fails with
-/// `Corrupt` although a live holder simply holds the lock.
+/// untouched slot's lap would read as *later* than the ticket's, and a taker that queues would
+/// find its ticket "skipped" (`publish` → `Skipped`), retake 1000 times and fail with
+/// `Corrupt` although a live holder simply holds the lock. The slots are refreshed whenever
+/// the counter wraps, so a waiter behind a live holder just times out.
 ///
-/// (As the review wrote it, the test set the counter 2^44 + 2^43 tickets on with the slots as
-/// at ticket 0. The fix refreshes the slots whenever the counter wraps (then every 2^40 tickets), so
-/// the test now gets there the way a lock does: through every wrap in between (2^39 tickets
-/// apart since the parity moved above the counter), each taken by
-/// a fast acquisition — the counter set to the last ticket of each epoch in turn. Without the
-/// refresh it fails exactly as before.)
+/// The test gets there the way a lock does: through every wrap of the counter in between, each
+/// taken by a fast acquisition (the counter set to the last ticket of each epoch in turn).
 #[test]
 fn a_slot_untouched_for_2_pow_43_laps_is_still_behind() {
     let o = OwnedState::new(2, 8);
@@ -304,8 +297,8 @@ fn a_slot_untouched_for_2_pow_43_laps_is_still_behind() {
     let p = ModelPlatform::new(1_000);
     let tuning = Tuning::default();
     let last = (1u64 << lock_word::COUNTER_BITS) - 1;
-    // 2^44 + 2^43 uncontended acquisitions, the slots untouched by any of them: through the
-    // 48 wraps of the 39-bit counter in between, each taken fast.
+    // 2^44 + 2^43 uncontended acquisitions, the slots untouched by any of them: through every
+    // wrap of the counter in between, each taken fast.
     let wraps = ((1u64 << 44) + (1 << 43)) >> lock_word::COUNTER_BITS;
     for epoch in 0..wraps {
         let t = (epoch << lock_word::COUNTER_BITS) | last;

@@ -78,9 +78,9 @@ fn more_waiters_than_slots_in_threads() {
     assert_eq!(counter.load(Relaxed), 6 * ROUNDS);
 }
 
-/// Regression: a taker whose ticket was skipped after the grace (it stalled between taking the
-/// ticket and publishing) must queue again with a new ticket, not retry the old one until it
-/// reports corruption.
+/// A taker whose ticket was skipped after the grace (it stalled between taking the ticket and
+/// publishing) queues again with a new ticket, behind the one that overtook it (retrying the
+/// old one could only end in a report of corruption).
 #[test]
 fn taker_skipped_after_the_grace_queues_again() {
     let o = OwnedState::new(8, 4);
@@ -172,7 +172,7 @@ fn no_ticket_without_room_for_its_giving_up() {
 }
 
 /// A lapped `lock_timeout(0)` recovers once before it gives up: with only the dead ahead it
-/// gets the lock (it used to time out forever, the dead holder never revoked).
+/// gets the lock (the dead holder revoked), rather than time out for ever.
 #[test]
 fn a_lapped_zero_timeout_recovers_before_it_gives_up() {
     let o = OwnedState::new(2, 8);
@@ -211,8 +211,8 @@ fn a_lapped_zero_timeout_recovers_before_it_gives_up() {
 }
 
 /// Many lapped takers timing out behind a long hold (a `lock_timeout(0)` storm on a 2-slot
-/// array): their runs are recorded, and the waiter that comes after the hold sits out no grace
-/// (it sat out one per ticket beyond three per slot).
+/// array): their given-up tickets are recorded, all of them, and the waiter that comes after
+/// the hold sits out no grace.
 #[test]
 fn a_storm_of_lapped_timeouts_costs_no_grace() {
     let o = OwnedState::new(2, 8);
@@ -250,8 +250,8 @@ fn a_storm_of_lapped_timeouts_costs_no_grace() {
 /// Live lapped takers interleaved with takers that time out while lapped (a polling loop next
 /// to real waiters behind a long hold, on a 2-slot array): every given-up ticket is passed at
 /// once, every live one is pre-granted in turn, and the lock is free at the end — no grace sat
-/// out, the clock never moved. (With at most three side records per slot, every given-up ticket
-/// past them was pre-granted and cost a grace: hours for a polling loop.)
+/// out, the clock never moved. (A given-up ticket that a walk pre-granted instead would cost a
+/// grace each: hours for a polling loop.)
 #[test]
 fn given_up_tickets_between_live_lapped_ones_cost_no_grace() {
     let o = OwnedState::new(2, 8);
@@ -300,8 +300,8 @@ fn given_up_tickets_between_live_lapped_ones_cost_no_grace() {
 
 /// A lapped taker of a later lap gives up while the slot's word pre-grants an earlier one,
 /// still unclaimed: the pre-granted taker, alive, keeps its grant (its lap is not read as given
-/// up) until it claims it. (The later give-up rebased the slot's given-up word onto the
-/// pre-granted lap, which then read as given up: recovery passed a live taker's grant.)
+/// up) until it claims it: the later give-up never rebases the slot's given-up word onto the
+/// pre-granted lap, which recovery would then pass as given up.
 #[test]
 fn a_later_give_up_never_passes_a_live_pre_grant() {
     let o = OwnedState::new(2, 8);
@@ -401,9 +401,9 @@ fn passing_a_given_up_lapped_ticket_keeps_a_deaths_news() {
     let _ = g0;
 }
 
-/// A holder that released normally is reported dead to the next holder: the walk that passes
-/// a given-up lapped ticket re-reads the previous lap's `Revoked` word, whose news a grant
-/// already delivered (to ticket 1), and hands it on again (to ticket 3).
+/// A holder that released normally is never reported dead to the next holder: the walk that
+/// passes a given-up lapped ticket (2) re-reads the previous lap's `Revoked` word, whose news a
+/// grant already delivered (to ticket 1), and does not hand it on again (to ticket 3).
 #[test]
 fn no_false_owner_died_after_a_normal_release() {
     let o = OwnedState::new(2, 8);
@@ -437,18 +437,18 @@ fn no_false_owner_died_after_a_normal_release() {
 }
 
 /// A walk that carries a death's news (`died`) to the counter and finds its drain beaten by
-/// another walker's (which passed the news on in `D`) reloads the word and, if a new queued
-/// period has begun meanwhile, jumps to its `head` *with the old news still in `died`*: it
-/// grants (here: pre-grants) the new period's first ticket with "owner died" although the
-/// fast holder in between was already told and released normally. News told twice.
+/// another walker's (which passed the news on in `D`) reloads the word; if a new queued period
+/// has begun meanwhile, it goes on at that period's `head` *without* the old news: the fast
+/// holder in between was told and released normally, so the new period's first grant (here:
+/// a pre-grant) is not told again.
 ///
 /// Schedule (two slots): P1 fast, P2 queued and granted (ticket 1), P4 gives ticket 2 up,
 /// P3 takes ticket 3 and is killed while lapped (its slot still held by ticket 1). P2's thread
 /// panics while holding: `revoke_own` revokes ticket 1 and walks (A). A passes 1 (died) and 2,
 /// and looks at the lapped record of 3 (the hook): meanwhile walker B drains the queue (D
 /// set), F takes the lock fast (told), releases it, and a leased taker L takes ticket 5 with
-/// `Q` and is preempted before its walk. A then drains in vain, reloads, and pre-grants 5 with
-/// the died flag.
+/// `Q` and is preempted before its walk. A then drains in vain, reloads, and pre-grants 5 —
+/// without the died flag.
 #[test]
 fn a_walk_does_not_carry_a_drained_queues_news_into_the_next_queue() {
     let o = OwnedState::new(2, 8);

@@ -50,8 +50,8 @@ fn dead_waiter_is_skipped() {
 
 /// A dead holder followed by dead waiters: one `recover` pass by the live waiter behind them
 /// revokes the holder, skips every dead grantee in turn and leaves the live waiter granted
-/// (with the died flag). It used to stop after the first skip, leaving the next dead grantee
-/// to a later poll — up to one idle poll (50 ms) per dead ticket.
+/// (with the died flag): no dead grantee is left to a later poll (an idle poll, 50 ms, per
+/// dead ticket).
 #[test]
 fn recover_clears_a_run_of_dead_tickets_in_one_pass() {
     let o = OwnedState::new(8, 8);
@@ -105,11 +105,11 @@ fn dead_fast_holder_is_revoked_by_try_lock_and_told() {
     assert!(!g3.died, "told twice");
 }
 
-/// `recover` checks the fast holder's entry for death and only then reads which grant the word
-/// shows (`fast_holder`): if, in between, the dead process's entry is reclaimed by a new
-/// process — which cleans it up (revoking the dead grant, told) and then takes the lock fast
-/// under the same entry — the recoverer revokes the *new, live* holder's grant. `try_lock`
-/// then takes the lock fast as well: two holders at once.
+/// `recover` checks the fast holder's entry for death, and the dead process's entry is
+/// reclaimed right after that look by a new process — which cleans it up (revoking the dead
+/// grant, told) and then takes the lock fast under the same entry. The recoverer never
+/// revokes the *new, live* holder's grant, and `try_lock` does not take the lock while that
+/// holder holds it (two holders at once).
 #[test]
 fn recover_never_revokes_a_live_fast_holder_of_a_reclaimed_entry() {
     let o = OwnedState::new(4, 8);
@@ -162,7 +162,8 @@ fn unclaimed_pre_grant_is_skipped_after_the_grace_only() {
 }
 
 /// One dead pre-grant ahead (its taker died between taking the ticket and claiming it),
-/// nobody holding: try_lock used to wait out the grace, skip it and take the lock.
+/// nobody holding: within a few `try_lock`s (each waits out a grace at most) it is skipped
+/// and the lock taken, with a clock that moves 1 µs or 1 ms per reading.
 #[test]
 fn try_lock_skips_one_dead_pregrant() {
     for tick in [1_000u64, 1_000_000] {
@@ -255,10 +256,9 @@ fn lease_takeover_beats_a_late_extend_and_tokens_rise() {
 /// A leased holder checks that it still holds its ticket and then stalls, before writing its
 /// new deadline (`extend`): meanwhile its lease runs out, it is taken over, and a later ticket
 /// of the same slot is granted with a lease of its own and commits its deadline. When the
-/// stalled holder goes on, its write must fail (it reads `LockLost`) and the later ticket's
-/// deadline stay. (Each grant's deadline is in its slot; a writer that loaded the word it
-/// replaces *after* its check overwrote the later ticket's deadline with its own lap's, and the
-/// later lease could never be judged expired.)
+/// stalled holder goes on, its write fails (it reads `LockLost`) and the later ticket's
+/// deadline stays. (Each grant's deadline is in its slot; overwritten with the stalled
+/// holder's lap's, the later lease could never be judged expired.)
 #[test]
 fn a_stalled_extend_never_overwrites_a_later_ticket_s_deadline() {
     let o = OwnedState::new(2, 8);
@@ -268,8 +268,8 @@ fn a_stalled_extend_never_overwrites_a_later_ticket_s_deadline() {
     let a = lock(&st, &p, &leased(1, 100), None, &t).unwrap();
     assert_eq!((a.ticket, a.leased), (0, true));
     let later = Mutex::new(None);
-    // The stalled holder's platform: its next clock reading first plays what happens while it
-    // is stopped there.
+    // The stalled holder's platform: its next clock reading (in `extend`, after its check)
+    // first plays what happens while it is stopped there.
     let hooked = HookedPlatform::new(0);
     hooked.before_now(|q| {
         // (The stalled holder's platform: its own clock, moved on with the others'.)
@@ -305,8 +305,8 @@ fn a_stalled_extend_never_overwrites_a_later_ticket_s_deadline() {
 }
 
 /// The new owner of a dead process's participant entry gives up every lapped ticket the
-/// slots' `lapped` entries say that process took, so that walks pass them at once (one of
-/// them was left pre-granted, to wait out the grace: review finding).
+/// slots' `lapped` entries say that process took, so that walks pass them at once (none is
+/// left pre-granted, to wait out the grace).
 #[test]
 fn cleanup_gives_up_every_lapped_ticket_of_the_dead_process() {
     let o = OwnedState::new(2, 8);

@@ -26,8 +26,8 @@ fn yields_while_next_in_line(st: &LockState<'_>, tuning: &Tuning) -> (u64, Vec<u
 
 #[test]
 fn a_long_spin_yields_the_cpu_after_keeping_it_a_while() {
-    // Regression (Python bench, 4 processes on 2 CPUs): two contenders that alternate never
-    // slept, and a process preempted before it took a ticket waited a scheduler tick (4 ms).
+    // With a spin that never yields, two contenders that alternate never sleep, and a process
+    // preempted before it took a ticket waits a scheduler tick (4 ms; 4 processes on 2 CPUs).
     // The spin keeps its CPU for `spin_keep_cpu_ns`, then yields it now and then.
     let o = OwnedState::new(8, 4);
     let st = o.view();
@@ -45,7 +45,7 @@ fn a_long_spin_yields_the_cpu_after_keeping_it_a_while() {
     );
     assert!(yields.iter().all(|&y| y < start + 45_000));
     // Every 32 steps, not every step: two clock readings (one per 16 steps, 100 ns each) and
-    // the one this platform makes at each yield lie between two yields.
+    // the one the hook makes at each yield lie between two yields.
     let closest = yields.windows(2).map(|w| w[1] - w[0]).min().unwrap();
     assert!(closest >= 300, "yields {closest} ns apart");
 }

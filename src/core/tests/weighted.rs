@@ -126,9 +126,9 @@ fn a_front_admits_shares_up_to_the_capacity_and_an_exclusive_taker_alone() {
 
 /// A reader holds ticket 0 of a 4-slot reader/writer lock for a long time; other readers come
 /// and go (tickets 1..3). The next reader (ticket 4) shares with one reader only — it fits —
-/// yet waits for ticket 0's release, because its slot is still ticket 0's. With the default
-/// 256 slots this happens after 255 reads during one long read; every reader after it queues
-/// behind it.
+/// and is granted, although its slot is still ticket 0's: it does not wait for ticket 0's
+/// release (with the default 256 slots, that would be after 255 reads during one long read,
+/// every reader after it queued behind it).
 #[test]
 fn a_long_read_does_not_block_readers_n_tickets_later() {
     let o = OwnedState::of_kind(4, 8, RecordKind::RWLOCK);
@@ -145,7 +145,8 @@ fn a_long_read_does_not_block_readers_n_tickets_later() {
 }
 
 /// The semaphore form: 2 permits (so 4 slots, the minimum), one held for a long time, the
-/// other used over and over. The fourth reuse of the free permit waits for the long holder.
+/// other used over and over. The fourth reuse of the free permit, on the long holder's slot,
+/// does not wait for the long holder.
 #[test]
 fn a_free_permit_is_granted_whatever_was_taken_n_tickets_ago() {
     let o = OwnedState::of_kind(4, 8, RecordKind::semaphore(2));
@@ -165,11 +166,10 @@ fn a_free_permit_is_granted_whatever_was_taken_n_tickets_ago() {
     );
 }
 
-/// R2-6. Sixteen retakes per acquisition, then the taker waits for its slot like anyone:
-/// long-held shares taken one after another (workers that each take a permit at start-up)
-/// occupy consecutive slots, so a taker landing on the first of them gives up 16 tickets on
-/// 16 occupied slots and then waits on the 17th — holding up every later ticket although a
-/// permit is free (finding 2 again, after one lap).
+/// Long-held shares taken one after another (workers that each take a permit at start-up)
+/// occupy consecutive slots: a taker landing on the first of them is granted a free permit all
+/// the same (a taker that stopped retaking after 16 tickets and waited for the 17th slot would
+/// hold up every later ticket although a permit is free).
 #[test]
 fn a_free_permit_is_granted_next_to_seventeen_long_holders() {
     let o = OwnedState::of_kind(64, 8, RecordKind::semaphore(20));
@@ -190,9 +190,10 @@ fn a_free_permit_is_granted_next_to_seventeen_long_holders() {
     }
 }
 
-/// R2-1. After a retake, a thread's own read lies more than `N` tickets past `head` (pinned at
-/// the long read): `holds_already` scans only `N` tickets from `head`, so the thread's request
-/// for a write is not refused with `WouldDeadlock`; it would wait behind its own read.
+/// After a retake, a thread's own read lies more than `N` tickets past `head` (pinned at the
+/// long read): `holds_already` finds it all the same (scanning only `N` tickets from `head`, it
+/// would not, and the thread's request for a write, not refused with `WouldDeadlock`, would
+/// wait behind its own read).
 #[test]
 fn holds_already_finds_a_read_beyond_n_tickets_of_head() {
     let o = OwnedState::of_kind(4, 8, RecordKind::RWLOCK);
@@ -214,9 +215,9 @@ fn holds_already_finds_a_read_beyond_n_tickets_of_head() {
     );
 }
 
-/// R2-2. `try_*` after a retake: the given-up ticket (its slot still the long read's) makes
-/// `weighted::admits` answer no, so every `try_read` fails while the long read lasts, although
-/// a blocking read is granted at once.
+/// `try_*` after a retake: the given-up ticket (its slot still the long read's) does not make
+/// `admit::admits` answer no, so a `try_read` next to one reader and nobody waiting is
+/// granted, as a blocking read is.
 #[test]
 fn a_try_read_after_a_retake_is_granted() {
     let o = OwnedState::of_kind(4, 8, RecordKind::RWLOCK);
@@ -240,9 +241,10 @@ fn a_try_read_after_a_retake_is_granted() {
 /// A writer lapped behind a long-held read (its slot still the read's) is killed: walks
 /// pass its ticket (its `lapped` entry names a dead process). Every later lap of that slot
 /// is retaken by readers; the slot's given-up word must absorb them past the dead writer's
-/// lap, so that readers go on taking tickets beside the long read. (Passed without a bit,
-/// the dead writer's lap stopped the absorption: after 20 laps no ticket could be taken
-/// until the read ended. Review finding.) The same with a writer that times out instead.
+/// lap, so that readers go on taking tickets beside the long read: the dead writer's ticket is
+/// passed with its bit set in that word (without it, its lap would stop the absorption, and
+/// after 20 laps no ticket could be taken until the read ended). The same with a writer that
+/// times out instead.
 #[test]
 fn a_dead_lapped_taker_behind_a_long_read_stops_no_reader() {
     for dies in [true, false] {
@@ -283,8 +285,8 @@ fn a_dead_lapped_taker_behind_a_long_read_stops_no_reader() {
 }
 
 /// A read held across more than `N` tickets makes walks start at `front`; once it ends,
-/// `head` catches up and walks step from it again. (It stayed at the ended read for good:
-/// every later lock and release counted every slot, and `status` stepped from there.)
+/// `head` catches up and walks step from it again (left at the ended read, every later lock
+/// and release would count every slot, and `status` step from there).
 #[test]
 fn head_catches_up_once_the_long_read_ended() {
     let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);
@@ -316,8 +318,8 @@ fn head_catches_up_once_the_long_read_ended() {
 
 /// A read held while thousands of others come and go on a 2-slot file: every walk and
 /// recovery looks at a bounded number of tickets (the slots, and the waiting ones), not at
-/// every ticket taken since the long read began (each walk stepped from `head`, the long
-/// read, over all of them: quadratic in the traffic).
+/// every ticket taken since the long read began (a walk that stepped from `head`, the long
+/// read, over all of them would be quadratic in the traffic).
 #[test]
 fn walks_beside_a_long_held_share_are_bounded_by_the_slots() {
     let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);

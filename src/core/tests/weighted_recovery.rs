@@ -113,8 +113,8 @@ fn a_ticket_taken_but_never_published_is_passed_after_the_grace() {
 /// never written: walks start at `front`); then a taker of that slot's next lap is killed
 /// between its ticket and its publication. The slot's word is several laps behind, final,
 /// every lap in between given up: the ticket is unpublished, not lapped, and is passed after
-/// the grace — a reader after it gets in. (It was taken for a lapped one, and every walk
-/// stopped at it for good: found by the soak test.)
+/// the grace — a reader after it gets in (taken for a lapped one, it would stop every walk for
+/// good).
 #[test]
 fn a_dead_taker_behind_retaken_laps_is_passed_after_the_grace() {
     let o = OwnedState::of_kind(4, 8, RecordKind::RWLOCK);
@@ -147,10 +147,10 @@ fn a_dead_taker_behind_retaken_laps_is_passed_after_the_grace() {
 
 /// Two readers hold a 2-slot reader/writer lock; the first one's process dies. A third reader
 /// arrives: one share is free (the dead one is revoked by the newcomer's own recovery), so it
-/// must be granted, and told of the death. On 614ce19 its ticket (t2) maps to the dead
-/// reader's slot, whose `Revoked` word `may_reuse` refuses to overwrite until a grant carried
-/// the news past it — and the only ticket that could carry it is t2 itself, which cannot
-/// publish. It polls until its deadline (for ever without one).
+/// is granted, and told of the death. Its ticket (t2) maps to the dead reader's slot, whose
+/// `Revoked` word no grant has carried the news past — and the only ticket that could is t2
+/// itself: the taker counts the death and publishes over the word, rather than poll until its
+/// deadline (for ever without one).
 #[test]
 fn a_reader_after_a_dead_reader_is_granted_and_told() {
     let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);
@@ -168,9 +168,10 @@ fn a_reader_after_a_dead_reader_is_granted_and_told() {
     );
 }
 
-/// Finding 1 without a deadline: the taker on the dead reader's slot never returns (its own
-/// recovery never looks at its own ticket; nobody else is there to skip it). Run on a thread
-/// with a 3 s limit of real time (the model clock runs on meanwhile, past many graces).
+/// The same without a deadline: the taker on the dead reader's slot returns, granted and told
+/// (its own recovery never looks at its own ticket, and nobody else is there to skip it: it
+/// must not wait for that slot). Run on a thread with a 3 s limit of real time (the model
+/// clock runs on meanwhile, past many graces).
 #[test]
 fn a_reader_after_a_dead_reader_without_a_deadline_is_granted() {
     use std::sync::Arc;
@@ -198,9 +199,9 @@ fn a_reader_after_a_dead_reader_without_a_deadline_is_granted() {
 }
 
 /// The same with a semaphore that nobody ever waited on: a permit holder dies, the other permit
-/// keeps being used (three quick acquire/release cycles, each granted at once, so nobody ran a
-/// recovery), and the fourth acquisition — ticket 4, the dead holder's slot — never gets a
-/// permit although one is free.
+/// keeps being used (three quick acquire/release cycles, each granted at once, so nobody runs a
+/// recovery), and the fourth acquisition — ticket 4, the dead holder's slot — gets the free
+/// permit.
 #[test]
 fn a_semaphore_acquisition_on_a_dead_holders_slot_is_granted() {
     let o = OwnedState::of_kind(4, 8, RecordKind::semaphore(2));
@@ -227,10 +228,11 @@ fn a_semaphore_acquisition_on_a_dead_holders_slot_is_granted() {
     );
 }
 
-/// Where the death goes when the stalled taker above gives up: its lapped give-up lets the walk
-/// pass its ticket by overwriting the previous lap's `Revoked` word with a plain `Skipped`
-/// (`weighted::advance`, `lapped::gone` branch) — the news is erased, and no later grant is
-/// told that a reader died.
+/// A dead reader's death is told to some later grant — the next reader's, or the writer's
+/// after everyone released — whatever the reader on the dead reader's slot does: a walk that
+/// passes a given-up lapped ticket there (`walk::advance`, the `lapped::gone` branch) does
+/// not erase the news by overwriting the previous lap's `Revoked` word with a plain
+/// `Skipped`.
 #[test]
 fn a_dead_readers_death_is_reported_to_some_later_grant() {
     let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);
@@ -251,10 +253,10 @@ fn a_dead_readers_death_is_reported_to_some_later_grant() {
     assert!(told, "t0's death was never reported (first try: {first:?})");
 }
 
-/// The same loss through the grace: a taker that took ticket t2 (the dead reader's slot) and has
-/// not published (it cannot: `may_reuse`; or it is merely slow) is skipped after the grace by
-/// the next waiter's `weighted::recover`, whose CAS replaces the `Revoked` word of t0 by a
-/// clean `Skipped` of t2. The waiter is then granted without `died`.
+/// The same through the grace: a taker that took ticket t2 (the dead reader's slot) and has not
+/// published (it is slow, or stalled) is skipped after the grace by the next waiter's
+/// `weighted::recover`, whose CAS replaces the `Revoked` word of t0 by a `Skipped` of t2. The
+/// news is not lost with it: the waiter, the first grant after the dead reader, is told.
 #[test]
 fn a_waiter_behind_an_unpublished_ticket_is_told_of_the_death_before_it() {
     let o = OwnedState::of_kind(2, 8, RecordKind::RWLOCK);
@@ -280,9 +282,9 @@ fn a_waiter_behind_an_unpublished_ticket_is_told_of_the_death_before_it() {
 
 /// A writer (participant 1) holds; two readers wait behind it, the first parked. The writer's
 /// process dies. Walker A (a waiter's recovery) revokes it and grants the first reader with
-/// `died`; while A is in the futex wake, walker B (any publication or release) walks: the
-/// news word is still there, so B grants the second reader with `died` too. No walker died;
-/// the death is reported twice (the docs: once, spuriously only if the finder died).
+/// `died`; while A is in the futex wake, walker B (any publication or release) walks and
+/// grants the second reader. The two readers are the batch after the dead writer: both are
+/// told, whichever walk grants them.
 #[test]
 fn two_walkers_tell_the_whole_batch_once() {
     let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
@@ -314,16 +316,15 @@ fn two_walkers_tell_the_whole_batch_once() {
     assert!(ga.died, "the first grant after the death is told");
     // B's walk granted b after A's grant had told the death and raised `told`; b joins the
     // batch of a told reader (a still holds), so it is told too: it reads what the dead writer
-    // left, whichever walk grants it (second review, finding 6).
+    // left, whichever walk grants it.
     assert!(
         gb.died,
         "a reader granted next to a told one, by another walk, was not told"
     );
 }
 
-/// Eight holders die at once (the walk used to remember eight news words, and an off-by-one
-/// then told a later grant again): the two readers granted together after them are both told
-/// (a batch reads what the dead left), and a reader granted once that batch released is not.
+/// Eight holders die at once: the two readers granted together after them are both told (a
+/// batch reads what the dead left), and a reader granted once that batch released is not.
 #[test]
 fn eight_deaths_are_told_to_one_batch_and_not_again() {
     let o = OwnedState::of_kind(16, 8, RecordKind::RWLOCK);
@@ -382,9 +383,9 @@ fn every_reader_of_the_batch_after_a_dead_writer_is_told() {
     assert!(!next.died);
 }
 
-/// R2-6 (a). A dead writer; reader R1 is granted and told; reader R2 arrives while R1 holds and
-/// is granted by its own walk, after `told` was raised: it shares R1's batch and reads what the
-/// writer left, so it must be told too.
+/// A dead writer; reader R1 is granted and told; reader R2 arrives while R1 holds and is
+/// granted by its own walk, after `told` was raised: it shares R1's batch and reads what the
+/// writer left, so it is told too. A reader granted after that batch ended is not.
 #[test]
 fn a_reader_that_joins_a_told_batch_by_its_own_walk_is_told() {
     let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
@@ -411,10 +412,10 @@ fn a_reader_that_joins_a_told_batch_by_its_own_walk_is_told() {
 }
 
 /// Two leased readers (two processes) are granted and then frozen before they claim (their
-/// lease stays `Pending(100 ms)`): "a frozen grantee must not block the queue" — each is to be
-/// skipped once seen pending for its lease. A writer waits behind both and recovers every
-/// 50 ms with its one `Watch`, as `wait_for_grant` does. `Watch::observe` remembers one key:
-/// the two grantees reset each other's timer at every pass, so neither ever expires.
+/// lease stays `Pending(100 ms)`): a frozen grantee does not block the queue — each is skipped
+/// once seen pending for its lease. A writer waits behind both and recovers every 50 ms with
+/// its one `Watch`, as `wait_for_grant` does: the `Watch` times both grantees at once (with
+/// one key, they would reset each other's timer at every pass and neither ever expire).
 #[test]
 fn two_frozen_leased_grantees_are_passed_over() {
     let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
@@ -457,10 +458,11 @@ fn two_frozen_leased_grantees_are_passed_over() {
     );
 }
 
-/// R2-3. `Watch` keeps four observations and evicts the *oldest* one: five frozen leased
-/// grantees (lease 200 ms, polls every 50 ms) observed in turn by one recovering writer evict
-/// each other's timer before it ever reaches the lease; none is passed over, the writer waits
-/// for ever (4 s of model time here, 20 leases).
+/// More frozen leased grantees than a `Watch` has observations (four): five (lease 200 ms,
+/// polls every 50 ms) observed in turn by one recovering writer. When full, the `Watch` makes
+/// way by dropping its *newest* timer, so the older ones reach their lease and the grantees are
+/// passed one after another: the writer is granted within 4 s of model time (20 leases).
+/// (Dropping the oldest instead, they would reset each other's timers for ever.)
 #[test]
 fn five_frozen_leased_grantees_are_passed_over() {
     let o = OwnedState::of_kind(8, 16, RecordKind::RWLOCK);

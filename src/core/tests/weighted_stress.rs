@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// The shape of the loom model `a_permit_comes_back_while_two_queue` with publication
 /// racing too (too big a state space for loom), on real threads: a semaphore of one
 /// permit, its holder releasing while two takers publish; waiters that never recover, so
-/// a lost grant shows as a stall (failed after 2 s) rather than a poll's delay.
+/// a lost grant shows as a stall (a failure after 2 s) rather than a poll's delay.
 #[test]
 fn a_permit_returned_while_two_publish_is_never_lost() {
     // Fewer rounds under Miri, which runs threads very slowly (same assertions).
