@@ -72,21 +72,7 @@ pub mod state;
 pub mod weighted;
 
 #[cfg(all(test, not(loom)))]
-mod barge_tests;
-#[cfg(all(test, not(loom)))]
-mod fast_review;
-#[cfg(all(test, not(loom)))]
-mod fetch_add_review;
-#[cfg(all(test, not(loom)))]
-mod names_review;
-#[cfg(all(test, not(loom)))]
 mod tests;
-#[cfg(all(test, not(loom)))]
-mod weighted_review;
-#[cfg(all(test, not(loom)))]
-mod weighted_review2;
-#[cfg(all(test, not(loom)))]
-mod weighted_test_support;
 
 pub use acquire::{lock, lock_queued, lock_watched, take, try_lock};
 pub use exclusive::advance::advance;

@@ -8,3 +8,6 @@ pub mod layout;
 #[cfg(not(loom))]
 pub mod open;
 pub mod table;
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -5,8 +5,3 @@ pub mod admit;
 pub mod news;
 pub mod recover;
 pub mod walk;
-
-#[cfg(all(test, not(loom)))]
-mod stress;
-#[cfg(all(test, not(loom)))]
-mod tests;

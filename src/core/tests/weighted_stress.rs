@@ -1,27 +1,16 @@
 //! Stress tests of the weighted kinds: many threads over heap state.
 
+use super::support::share;
 use crate::core::model::ModelPlatform;
-use crate::core::platform::Tuning;
-use crate::core::queue::watch::Watch;
 use crate::core::state::{OwnedState, RecordKind};
-use crate::core::{Claim, Me, Published, claim_granted, lock, publish, release};
+use crate::core::{Claim, Published, Tuning, Watch, claim_granted, lock, publish, release};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn me(participant: u32) -> Me {
-    Me {
-        participant,
-        tid: participant,
-        lease_ms: None,
-        shared: true,
-        beacon: 0,
-    }
-}
 
 /// The shape of the loom model `a_permit_comes_back_while_two_queue` with publication
 /// racing too (too big a state space for loom), on real threads: a semaphore of one
 /// permit, its holder releasing while two takers publish; waiters that never recover, so
-/// a lost grant shows as a stall (failed after 2 s) rather than a poll's delay.
+/// a lost grant shows as a stall (a failure after 2 s) rather than a poll's delay.
 #[test]
 fn a_permit_returned_while_two_publish_is_never_lost() {
     // Fewer rounds under Miri, which runs threads very slowly (same assertions).
@@ -29,7 +18,7 @@ fn a_permit_returned_while_two_publish_is_never_lost() {
     for round in 0..rounds {
         let o = Arc::new(OwnedState::of_kind(4, 4, RecordKind::semaphore(1)));
         let p = Arc::new(ModelPlatform::new(1));
-        let held = lock(&o.view(), &*p, &me(1), None, &Tuning::default()).unwrap();
+        let held = lock(&o.view(), &*p, &share(1), None, &Tuning::default()).unwrap();
         let threads: Vec<_> = (0..3u32)
             .map(|k| {
                 let (o, p) = (o.clone(), p.clone());
@@ -39,7 +28,7 @@ fn a_permit_returned_while_two_publish_is_never_lost() {
                         release(&st, &*p, &held, 1).unwrap();
                         return;
                     }
-                    let who = me(k + 1);
+                    let who = share(k + 1);
                     let t = st.take_ticket();
                     let tuning = Tuning::default();
                     let mut watch = Watch::default();
