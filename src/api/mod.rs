@@ -1,6 +1,5 @@
 //! The public API: lock handles, guards, options, status.
 
-pub mod arc_guard;
 pub mod fd_form;
 pub mod guard;
 pub mod kind_guard;

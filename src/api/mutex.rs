@@ -8,13 +8,13 @@ use std::ptr::NonNull;
 
 use bytemuck::Pod;
 
-use crate::api::arc_guard::arc_guard;
 use crate::api::guard::LockGuard;
 use crate::api::options::OpenOptions;
 use crate::core::state::DataShape;
 use crate::error::{Error, Result};
 use crate::raw::acquire::Mode;
 use crate::raw::handle::RawLock;
+use crate::raw::owned_guard::arc_guard;
 use crate::raw::surface::acquire_surface;
 
 /// A strictly fair, crash-robust lock that guards a value of type `T` kept **in the lock

@@ -3,12 +3,12 @@
 use std::path::Path;
 
 use crate::FairLock;
-use crate::api::arc_guard::arc_guard;
 use crate::api::guard::LockGuard;
 use crate::api::options::OpenOptions;
 use crate::error::Result;
 use crate::raw::acquire::Mode;
 use crate::raw::handle::RawLock;
+use crate::raw::owned_guard::arc_guard;
 use crate::raw::surface::acquire_surface;
 
 /// A re-entrant [`FairLock`]: the thread holding it may lock it again, which bumps a count and

@@ -2,12 +2,12 @@
 
 use std::path::Path;
 
-use crate::api::arc_guard::arc_guard;
 use crate::api::kind_guard::SemaphorePermit;
 use crate::api::options::OpenOptions;
 use crate::error::Result;
 use crate::raw::acquire::Mode;
 use crate::raw::handle::RawLock;
+use crate::raw::owned_guard::arc_guard;
 use crate::raw::surface::acquire_surface;
 
 /// A strictly fair counting semaphore shared by threads and processes through a lock file: at

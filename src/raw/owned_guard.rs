@@ -42,7 +42,7 @@ macro_rules! arc_guard {
                 // owns and drops after the guard (field order). So the borrow is valid for
                 // the guard's whole life, and `'static` is never observable: the guard is
                 // only reachable through `Deref` (tied to `&self`) or consumed by `unlock`.
-                let guard = unsafe { $crate::api::arc_guard::extend_borrow::<$borrowed, $guard>(guard) };
+                let guard = unsafe { $crate::raw::owned_guard::extend_borrow::<$borrowed, $guard>(guard) };
                 $name { guard, handle }
             }
 
