@@ -376,7 +376,7 @@ fn wait_for_grant<P: Platform>(
                 } else {
                     // The waiter behind us may be asleep on our beacon, which will not die:
                     // nudge it (TWA's early wake) to look again at who is ahead of it now.
-                    crate::core::exclusive::advance::wake_successor(st, p, t.wrapping_add(1));
+                    crate::core::exclusive::walk::wake_successor(st, p, t.wrapping_add(1));
                 }
                 return Err(watch.stopped());
             }
@@ -629,7 +629,7 @@ fn revoke_dead<P: Platform>(st: &LockState<'_>, p: &P, what: &Holding) {
             if cas(st.slot(ticket), word, word.with_state(to)) {
                 crate::crash_point!("recover.revoked");
                 if walk {
-                    crate::core::exclusive::advance::advance(st, p, ticket, false);
+                    crate::core::advance::advance(st, p, ticket, false);
                 }
             }
         }

@@ -61,6 +61,7 @@
 //!   load.
 
 pub mod acquire;
+pub mod advance;
 pub mod exclusive;
 pub mod grant;
 pub mod model;
@@ -75,7 +76,7 @@ pub mod weighted;
 mod tests;
 
 pub use acquire::{lock, lock_queued, lock_watched, take, try_lock};
-pub use exclusive::advance::advance;
+pub use advance::advance;
 pub use exclusive::fast::{Taken, end_fast, release_fast, try_fast};
 pub use grant::{Grant, Lost, Me, WaitError};
 pub use platform::{Liveness, Platform, Tuning};

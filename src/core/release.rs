@@ -2,7 +2,7 @@
 //! extension is in [`crate::core::robust::leasing`].)
 
 use super::{Grant, Lost};
-use crate::core::exclusive::advance::advance;
+use crate::core::advance::advance;
 use crate::core::exclusive::fast::{end_fast, is_fast_grant, release_fast};
 use crate::core::platform::Platform;
 use crate::core::robust::leasing::{finish_revocation, lease_of, revoked};

@@ -48,7 +48,7 @@
 //! ([`after_claim`]). Barges publish no thread beacon: a waiter behind a barger polls its
 //! process's liveness, as behind a `FairMutex` holder.
 
-use crate::core::exclusive::advance::advance;
+use crate::core::advance::advance;
 use crate::core::platform::{Liveness, Platform, Tuning};
 use crate::core::queue::watch::{INTERRUPT_POLL_NS, Watch};
 use crate::core::state::LockState;

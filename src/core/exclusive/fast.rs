@@ -16,7 +16,8 @@
 //! * Taking a queued ticket is an `AcqRel` CAS, part of the word's release sequence; the slot
 //!   protocol orders everything after it.
 
-use crate::core::exclusive::advance::{Walked, advance, walk};
+use crate::core::advance::advance;
+use crate::core::exclusive::walk::{Walked, walk};
 use crate::core::platform::Platform;
 use crate::core::queue::frontier::raise_head;
 use crate::core::queue::given_up::refresh_slots;

@@ -1,5 +1,7 @@
-//! The exclusive lock: the lock word's fast path and taking a ticket, the walk that grants the next ticket, and bounded bypass (barges).
+//! The exclusive lock: the lock word's fast path and taking a ticket, the walk that grants the
+//! next ticket, its recovery, and bounded bypass (barges).
 
-pub mod advance;
 pub mod barge;
 pub mod fast;
+pub mod recover;
+pub mod walk;

@@ -1,7 +1,7 @@
 //! Publishing a ticket: the taker's one CAS that puts its participant (and, with a lease, the
 //! `leased` flag) into its slot — or claims the ticket at once if it was granted in advance.
 
-use crate::core::exclusive::advance::advance;
+use crate::core::advance::advance;
 use crate::core::platform::{Platform, Tuning};
 use crate::core::queue::claim::{claim_cas, claimed, stamp_owner, stamp_since, wait_out_barges};
 use crate::core::queue::given_up::{self, GaveUp};

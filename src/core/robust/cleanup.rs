@@ -1,6 +1,6 @@
 //! Taking over a participant entry whose previous process died.
 
-use crate::core::exclusive::advance::advance;
+use crate::core::advance::advance;
 use crate::core::platform::Platform;
 use crate::core::queue::publish::{LappedGiveUp, give_up_lapped};
 use crate::core::state::LockState;

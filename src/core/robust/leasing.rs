@@ -44,7 +44,7 @@
 //! that field value, so it sees that deadline or a later one (a later one means an extension is
 //! under way: at worst the takeover waits for it).
 
-use crate::core::exclusive::advance::advance;
+use crate::core::advance::advance;
 use crate::core::platform::Platform;
 use crate::core::queue::watch::Watch;
 use crate::core::state::format::cas;

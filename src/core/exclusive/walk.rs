@@ -13,25 +13,6 @@ use crate::core::state::{LockState, Slot};
 use crate::primitive::Ordering::{Acquire, Relaxed, SeqCst};
 use crate::primitive::fence;
 
-/// Walks forward from ticket `from` over final tickets and grants the first one that is not:
-///
-/// * a published waiter (`Waiting`/`Sleeping`) becomes `Granted`, and is woken if it sleeps;
-/// * a ticket nobody has published yet (its slot still shows the previous lap, final) becomes
-///   `Ready`: its taker will claim it without waiting (this is what makes the uncontended path
-///   free of system calls);
-/// * a ticket already `Ready`, `Granted` or `Held` means someone else advanced: stop.
-///
-/// In each case `head` is raised to that ticket. A slot reused by a later granted ticket is a
-/// jump ([`crate::core::queue::frontier`]), so a stale `from` costs about `N` steps.
-///
-/// Tickets before `from` must all be final. `died` says the ticket before `from` was not
-/// released normally; it is carried over `Revoked` tickets (and skipped grants that carried
-/// it) and cleared by `Done`, and ends up in the granted word so the next holder learns it.
-#[inline(never)]
-pub fn advance<P: Platform>(st: &LockState<'_>, p: &P, from: u64, died: bool) {
-    walk(st, p, from, died, None);
-}
-
 /// How a [`walk`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Walked {
@@ -43,7 +24,7 @@ pub enum Walked {
     Stopped(Option<u64>),
 }
 
-/// [`advance`], and the walk that ends a dead fast holder's grant: `ending` names that
+/// The exclusive lock's [`advance`](crate::core::advance::advance), and the walk that ends a dead fast holder's grant: `ending` names that
 /// holder's entry and the first queued ticket behind it (`head` while it holds), and the walk
 /// acts only while the word still shows that grant; any other fast holder stops a walk
 /// (nothing is granted while one holds).
@@ -61,11 +42,7 @@ pub fn walk<P: Platform>(
     mut died: bool,
     ending: Option<(u32, u64)>,
 ) -> Walked {
-    if st.is_weighted() {
-        // Readers and permits: granted by weight from `head`, nothing in advance.
-        crate::core::weighted::walk::advance(st, p);
-        return Walked::Stopped(None);
-    }
+    debug_assert!(!st.is_weighted(), "a weighted lock walks in weighted::walk");
     let may_walk = |w: LockWord, head: u64| match ending {
         None => w.queued() && !w.held(),
         Some((e, first)) => {
