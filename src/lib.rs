@@ -147,6 +147,18 @@ pub use api::{
 /// ```compile_fail
 /// let _ = fairlock::FairMutex::<&'static str>::open("/tmp/x.lock");
 /// ```
+/// An owned guard never hands its inner guard out mutably (swapped between two handles, a
+/// guard would outlive the handle it borrows):
+/// ```compile_fail
+/// let m = std::sync::Arc::new(fairlock::FairMutex::<u64>::open("/tmp/x.lock").unwrap());
+/// let mut g = m.lock_arc().unwrap();
+/// let _: &mut fairlock::MutexGuard<'static, u64> = &mut *g;
+/// ```
+/// ```compile_fail
+/// let l = std::sync::Arc::new(fairlock::FairLock::open("/tmp/x.lock").unwrap());
+/// let mut g = l.lock_arc().unwrap();
+/// let _: &mut fairlock::LockGuard<'static> = &mut *g;
+/// ```
 /// The value cannot outlive its guard:
 /// ```compile_fail
 /// let m = fairlock::FairMutex::<u64>::open("/tmp/x.lock").unwrap();

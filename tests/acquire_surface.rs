@@ -56,7 +56,7 @@ fn a_mutex_has_the_interruptible_and_owned_forms() {
     let m = Arc::new(FairMutex::<u64>::open(&p).unwrap());
     {
         let mut owned: ArcMutexGuard<u64> = m.lock_arc().unwrap();
-        **owned += 41;
+        *owned += 41;
         // The owned guard holds the lock: every other form waits or fails.
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -84,9 +84,37 @@ fn a_mutex_has_the_interruptible_and_owned_forms() {
     assert_eq!(*g, 41);
     drop(g);
     let mut g = m.lock_arc().unwrap();
-    **g += 1;
+    *g += 1;
+    assert!(!g.guard().owner_died());
     drop(g);
     assert_eq!(*m.lock().unwrap(), 42);
+}
+
+/// Two owned guards of two mutexes exchange their values, never their grants: each guard still
+/// gives back its own handle's lock, and each file keeps the value it was given.
+#[test]
+fn swapping_through_two_owned_mutex_guards_swaps_the_values() {
+    let a = Arc::new(FairMutex::<u64>::open(path("swap-a.lock")).unwrap());
+    let b = Arc::new(FairMutex::<u64>::open(path("swap-b.lock")).unwrap());
+    let mut ga = a.lock_arc().unwrap();
+    let mut gb = b.lock_arc().unwrap();
+    *ga = 1;
+    *gb = 2;
+    std::mem::swap(&mut *ga, &mut *gb);
+    let b_path = b.path().to_path_buf();
+    drop(a);
+    drop(ga); // gives back a's lock; its handle goes with it
+    assert_eq!(*gb, 1);
+    drop(gb);
+    assert_eq!(*b.try_lock().unwrap(), 1);
+    assert_eq!(b.path(), b_path);
+    assert_eq!(
+        *FairMutex::<u64>::open(path("swap-a.lock"))
+            .unwrap()
+            .try_lock()
+            .unwrap(),
+        2
+    );
 }
 
 #[test]

@@ -298,8 +298,8 @@ impl OpenOptions {
         // The view's "beacon" descriptor is a description of its own, holding nothing: the
         // entry's beacon is `fd`'s. Liveness is probed through it, so that entries `fd`'s
         // description holds besides ours (another locker of it, this process's own beacon if
-        // `fd` is one) read as alive: probed through `fd` they read as dead, and a waiter
-        // revoked them.
+        // `fd` is one) read as alive: probed through `fd` they would read as dead, and a
+        // waiter would revoke them.
         let beacon = match open_beacon(&opened.file, opened.id, &shown) {
             Ok(b) => Arc::new(b),
             Err(e) => {

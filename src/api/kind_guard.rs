@@ -118,7 +118,7 @@ kind_guard!(
 // `Sync`: atomics, a mutex, a mapping of atomics), a ticket, a lease, a thread id and a flag.
 // The marker keeps an exclusive grant on the thread recorded in the process's `Hold` (its
 // re-entrancy, its thread-exit watch); a weighted grant is never recorded there
-// (`FairLock::acquire_weighted`), so releasing a permit from another thread finds no `Hold` of
+// (`RawLock::acquire_weighted`, src/raw/acquire.rs), so releasing a permit from another thread finds no `Hold` of
 // its own (the thread id it compares belongs to no exclusive grant of a semaphore file) and
 // releases by ticket and participant, which are the process's, not the thread's.
 unsafe impl Send for SemaphorePermit<'_> {}

@@ -107,6 +107,7 @@ arc_guard!(
     handle: FairLock,
     guard: LockGuard<'static>,
     borrowed: LockGuard<'_>,
+    deref: guard,
 );
 
 impl ArcLockGuard {

@@ -282,17 +282,13 @@ impl<T: Pod + std::fmt::Debug> std::fmt::Debug for MutexGuard<'_, T> {
 }
 
 arc_guard!(
-    /// Proof of holding a [`FairMutex<T>`] kept in an [`Arc`](std::sync::Arc) (from [`FairMutex::lock_arc`]):
-    /// it dereferences to the [`MutexGuard`], and through it to the value (`guard.field`,
-    /// `**guard = value`). Not `Send`, as the `MutexGuard`.
+    /// Proof of holding a [`FairMutex<T>`] kept in an [`Arc`](std::sync::Arc) (from
+    /// [`FairMutex::lock_arc`]): it dereferences to the value (`*guard += 1`), and
+    /// [`guard`](ArcMutexGuard::guard) gives the [`MutexGuard`] (its token, whether the owner
+    /// died). Not `Send`, as the `MutexGuard`.
     ArcMutexGuard [T: Pod] [T],
     handle: FairMutex<T>,
     guard: MutexGuard<'static, T>,
     borrowed: MutexGuard<'_, T>,
+    deref: value(T),
 );
-
-impl<T: Pod> std::ops::DerefMut for ArcMutexGuard<T> {
-    fn deref_mut(&mut self) -> &mut MutexGuard<'static, T> {
-        &mut self.guard
-    }
-}

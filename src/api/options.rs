@@ -386,7 +386,6 @@ impl OpenOptions {
         self.tuning
     }
 
-    /// The lease in whole milliseconds (rounded up), if any.
     /// What a handle opened with these options asks of its grants.
     pub(crate) fn asks(&self) -> Asks {
         Asks {

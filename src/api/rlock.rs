@@ -87,4 +87,5 @@ arc_guard!(
     handle: FairRLock,
     guard: LockGuard<'static>,
     borrowed: LockGuard<'_>,
+    deref: guard,
 );

@@ -108,6 +108,7 @@ arc_guard!(
     handle: FairRwLock,
     guard: RwLockReadGuard<'static>,
     borrowed: RwLockReadGuard<'_>,
+    deref: guard,
 );
 
 arc_guard!(
@@ -116,4 +117,5 @@ arc_guard!(
     handle: FairRwLock,
     guard: RwLockWriteGuard<'static>,
     borrowed: RwLockWriteGuard<'_>,
+    deref: guard,
 );

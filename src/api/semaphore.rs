@@ -96,4 +96,5 @@ arc_guard!(
     handle: FairSemaphore,
     guard: SemaphorePermit<'static>,
     borrowed: SemaphorePermit<'_>,
+    deref: guard,
 );

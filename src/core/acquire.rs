@@ -157,7 +157,7 @@ pub fn lock_queued<P: Platform>(
         match publish(st, p, t, me, deadline, tuning, &mut watch)? {
             Published::Held(g) => return Ok(g),
             // Our ticket is gone (we stalled past the grace, or our pending lease was revoked):
-            // queue again with a new ticket. (Retrying the old one was a bug.)
+            // queue again with a new ticket (the old one may already be another's).
             Published::Skipped => {}
             Published::Waiting(w) => {
                 if let Some(g) = wait_for_grant(st, p, t, w, me, deadline, tuning, &mut watch)? {

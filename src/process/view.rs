@@ -71,7 +71,7 @@ pub(crate) struct Hold {
     /// The held ticket (valid while `owner` names the calling thread).
     pub(crate) ticket: AtomicU64,
     /// The held grant, packed ([`Hold::meta`]: its flags and its lease in ms): one word, so
-    /// that taking the lock stores no more than before. A nested guard takes the
+    /// that taking the lock stores it with one store. A nested guard takes the
     /// lease from here, not from its own handle: two handles on one file may differ in their
     /// lease option.
     pub(crate) grant_meta: AtomicU64,

@@ -336,8 +336,8 @@ impl RawLock {
 
 /// The caller's interrupt hook, made safe to call inside the wait: a panic in it is caught
 /// and kept in `panicked` (to be resumed once the ticket is given up), and counts as "stop".
-/// A hook that unwound through the wait left its published ticket behind: granted later,
-/// nobody claimed it and nobody passed it while the process lived.
+/// (A hook that unwound through the wait would leave its published ticket behind: granted
+/// later, claimed by nobody and passed by nobody while the process lived.)
 fn guarded_hook<'h>(
     stop: &'h mut dyn FnMut() -> bool,
     panicked: &'h mut Option<Box<dyn std::any::Any + Send>>,

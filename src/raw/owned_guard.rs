@@ -17,12 +17,40 @@ pub(crate) unsafe fn extend_borrow<A, B>(guard: A) -> B {
 }
 
 macro_rules! arc_guard {
+    // What the owned guard dereferences to: the guard (shared access only, so that the
+    // `'static` guard can never be moved out or swapped with another handle's), or, for a
+    // guard of a value, the value itself (shared and exclusive access).
+    (@deref guard, $name:ident [$($gen:tt)*] [$($args:tt)*], $guard:ty) => {
+        impl<$($gen)*> std::ops::Deref for $name<$($args)*> {
+            type Target = $guard;
+
+            fn deref(&self) -> &$guard {
+                &self.guard
+            }
+        }
+    };
+    (@deref value($value:ty), $name:ident [$($gen:tt)*] [$($args:tt)*], $guard:ty) => {
+        impl<$($gen)*> std::ops::Deref for $name<$($args)*> {
+            type Target = $value;
+
+            fn deref(&self) -> &$value {
+                &self.guard
+            }
+        }
+
+        impl<$($gen)*> std::ops::DerefMut for $name<$($args)*> {
+            fn deref_mut(&mut self) -> &mut $value {
+                &mut self.guard
+            }
+        }
+    };
     (
         $(#[$doc:meta])*
         $name:ident [$($gen:tt)*] [$($args:tt)*],
         handle: $handle:ty,
         guard: $guard:ty,
-        borrowed: $borrowed:ty $(,)?
+        borrowed: $borrowed:ty,
+        deref: $($deref:ident)? $(($value:ty))? $(,)?
     ) => {
         $(#[$doc])*
         #[must_use = "the grant is given back as soon as the guard is dropped"]
@@ -41,9 +69,18 @@ macro_rules! arc_guard {
                 // handle lives at a stable address inside `handle`'s `Arc`, which this struct
                 // owns and drops after the guard (field order). So the borrow is valid for
                 // the guard's whole life, and `'static` is never observable: the guard is
-                // only reachable through `Deref` (tied to `&self`) or consumed by `unlock`.
-                let guard = unsafe { $crate::raw::owned_guard::extend_borrow::<$borrowed, $guard>(guard) };
+                // only reachable as a shared reference tied to `&self` (`Deref`, `guard`),
+                // never as `&mut` (so it cannot be moved out or swapped with another handle's
+                // guard), or consumed by `unlock`.
+                let guard = unsafe {
+                    $crate::raw::owned_guard::extend_borrow::<$borrowed, $guard>(guard)
+                };
                 $name { guard, handle }
+            }
+
+            /// The guard this owned guard holds (its token, its lease, whether the owner died).
+            pub fn guard(&self) -> &$guard {
+                &self.guard
             }
 
             /// The handle this guard holds.
@@ -65,13 +102,9 @@ macro_rules! arc_guard {
             }
         }
 
-        impl<$($gen)*> std::ops::Deref for $name<$($args)*> {
-            type Target = $guard;
-
-            fn deref(&self) -> &$guard {
-                &self.guard
-            }
-        }
+        $crate::raw::owned_guard::arc_guard!(
+            @deref $($deref)? $(($value))?, $name [$($gen)*] [$($args)*], $guard
+        );
 
         impl<$($gen)*> std::fmt::Debug for $name<$($args)*> {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -50,7 +50,7 @@ struct Segment {
 /// This process's segment and the fork generation it was made in (a forked child makes its
 /// own: its threads own no beacon of its parent's). A leaked box, replaced by compare-and-swap:
 /// no lock, so that a `fork` while another thread makes the segment leaves the child nothing
-/// held(a mutex held across the creation deadlocked a forked child).
+/// held (a mutex held across the creation would deadlock a forked child).
 static MINE: AtomicPtr<(u64, Segment)> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Segments attached for watching, lock-free for the same reason. Entry `i` is free (key 0),

@@ -55,8 +55,8 @@ pub fn waitv_works() -> bool {
 /// `until_ns` (absolute `CLOCK_MONOTONIC`) passes, a signal or spuriously. Every outcome just
 /// returns; callers re-check both words. If the call is refused (see [`waitv_works`]) it
 /// remembers that and waits on `word` alone for at most 1 ms, so that the caller neither spins
-/// (a refused call returning at once made a waiter burn a CPU) nor misses a
-/// death for long.
+/// (a refused call returning at once would burn a CPU) nor misses a death for
+/// long.
 pub fn wait_watching(
     word: &AtomicU64,
     expected: u32,

@@ -1,6 +1,9 @@
 //! The platform layer: the Linux facilities the lock is built on, each wrapper naming the
-//! system call it makes. Besides the mapping (`src/file/mapping.rs`) and the handle's
-//! fork-aware pointer (`src/api/lock.rs`), this is the only layer that uses `unsafe`.
+//! system call it makes. The layer of `unsafe` system calls; elsewhere `unsafe` is only where
+//! memory is shared or borrowed across types (the mapping, `src/file/mapping.rs`; the handle's
+//! fork-aware pointer, `src/raw/handle.rs`; owned guards, `src/raw/owned_guard.rs`; the
+//! value of a `FairMutex`, `src/api/mutex.rs`; a permit's `Send`, `src/api/kind_guard.rs`),
+//! each with its `SAFETY` argument.
 
 pub mod beacon;
 pub mod boot_id;

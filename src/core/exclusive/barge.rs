@@ -324,8 +324,8 @@ pub enum AfterClaim {
 /// from `D`. Our arrival count is in `me.beacon` (see [`with_arrival`]).
 ///
 /// Giving up (a deadline, an interrupt: a barge may last as long as its critical section, or
-/// for ever behind a stopped barger or a leaked guard — the wait ignored both)
-/// hands the claimed ticket back: a `SeqCst` CAS `Held → Skipped` (the grant's died flag kept,
+/// for ever behind a stopped barger or a leaked guard, so the wait honours both) hands the
+/// claimed ticket back: a `SeqCst` CAS `Held → Skipped` (the grant's died flag kept,
 /// for the next), then a `SeqCst` load of the word, walking on ourselves if `H` is clear. With
 /// the barger's end (a `SeqCst` clear of `H`, then a `SeqCst` look at `head`'s slot, and its
 /// walk), a third Dekker pair: one of the two sees the other and walks past our ticket.

@@ -285,6 +285,11 @@ pub fn end_fast<P: Platform>(
     ticket: u64,
     died: bool,
 ) -> bool {
+    if st.is_weighted() {
+        // A weighted word is queued for good and never shows a fast holder; one that does
+        // (a corrupt file) has no fast grant to end, and its slots are the weighted walk's.
+        return false;
+    }
     let after = ticket.wrapping_add(1);
     // Each round is a CAS or a walk that lost a race to a taker (a ticket taken meanwhile);
     // only a corrupt file loses this many.
@@ -297,7 +302,7 @@ pub fn end_fast<P: Platform>(
         if w.barged() {
             // A barge (bounded files), never a grant of ours: barges end through
             // `barge::end_barge`, by their count (a revocation of an earlier fast grant of the
-            // same entry ended a sibling thread's live barge here).
+            // same entry would end a sibling thread's live barge here).
             return false;
         }
         if !w.queued() {

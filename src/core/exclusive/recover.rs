@@ -64,7 +64,7 @@ pub fn recover<P: Platform>(
         // A fast holder is ahead of every queued ticket: it holds, unless it is dead. The grant
         // (its ticket and entry) is read *before* its owner is judged, so that the revocation
         // below acts on that very grant: judged first, a later fast grant of the same entry's
-        // next, live owner was revoked (two holders).
+        // next, live owner could be revoked (two holders).
         let Some((t, holder)) = fast_holder(st) else {
             return Ahead::Busy; // changed under us: look again
         };

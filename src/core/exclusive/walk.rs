@@ -1,5 +1,6 @@
-//! `advance`: passes the lock on. Shared by release, timeout clean-up and recovery;
-//! idempotent, and anyone may run it at any time.
+//! The exclusive lock's walk (its [`crate::core::advance::advance`]): passes the lock on to
+//! the next ticket. Run by release, timeout clean-up and recovery; idempotent, and anyone may
+//! run it at any time.
 
 use crate::core::platform::Platform;
 use crate::core::queue::frontier::{MAX_STEPS, before, raise_head, step_over_later};

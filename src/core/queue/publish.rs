@@ -125,9 +125,9 @@ pub fn publish_once<P: Platform>(
                     let bounded = st.bypass_bound() != 0;
                     if claim_cas(slot, w, held, bounded) {
                         crate::crash_point!("acquire.claimed");
-                        // A walk that began before a barge may pre-grant us while it holds
-                        //: in a bounded file every claim waits for a barger
-                        // and takes a dead one's news, as `claim_granted_with` does.
+                        // A walk that began before a barge may pre-grant us while it holds:
+                        // in a bounded file every claim waits for a barger and takes a dead
+                        // one's news, as `claim_granted_with` does.
                         let Some((news, overtaken)) = wait_out_barges(
                             st,
                             p,

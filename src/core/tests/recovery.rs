@@ -390,3 +390,28 @@ fn garbage_words_never_panic() {
         );
     }
 }
+
+/// A weighted lock's word never shows a fast holder; one that does (a corrupt or foreign file)
+/// is left alone by the clean-up of the entry it names: no exclusive walk runs over the
+/// weighted slots, the word stays queued, and shares are still granted.
+#[test]
+fn a_weighted_word_that_shows_a_fast_holder_is_left_to_the_weighted_walk() {
+    use crate::core::state::RecordKind;
+    use crate::core::state::lock_word::LockWord;
+    for kind in [RecordKind::RWLOCK, RecordKind::semaphore(2)] {
+        let o = OwnedState::of_kind(8, 4, kind);
+        let st = o.view();
+        let p = ModelPlatform::new(0);
+        let w = LockWord(st.header().word.load(Relaxed));
+        assert!(w.queued() && !w.held());
+        st.header().word.store(w.with_holder(1).0, Relaxed);
+        clean_up_participant(&st, &p, 1);
+        assert!(LockWord(st.header().word.load(Relaxed)).queued());
+        let reader = Me {
+            shared: true,
+            ..me(2)
+        };
+        let g = lock(&st, &p, &reader, None, &Tuning::default()).expect("a share is granted");
+        assert!(release(&st, &p, &g, 2).is_ok());
+    }
+}

@@ -16,7 +16,8 @@ use crate::primitive::Ordering::{Acquire, Relaxed};
 /// ticket if it has room (see [`Taken::Full`]).
 pub fn take(st: &LockState<'_>) -> Taken {
     loop {
-        // Acquire: see the module notes.
+        // Acquire: pairs with the CAS of the taker before us (as in `exclusive::fast`), so
+        // the slot words its ticket's taker wrote are seen from the ticket on.
         let w = st.lock_word(Acquire);
         let t = st.ticket_of(w);
         if !has_room(st, t) {
