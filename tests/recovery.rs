@@ -202,9 +202,12 @@ fn frozen_leased_grantee_is_passed_over() {
     // Thawed, the frozen one queues again and gets a later grant.
     kill(&frozen, libc::SIGCONT);
     common::wait_all(std::slice::from_mut(&mut frozen), Duration::from_secs(30));
+    let requeued = shm.read(TOKEN);
     assert!(
-        shm.read(TOKEN) > token,
-        "requeued behind the one that overtook it"
+        requeued > token,
+        "requeued behind the one that overtook it: token {requeued} after {token} (the frozen \
+         ticket {frozen_ticket}, granted {})",
+        shm.atomic(GRANTED).load(SeqCst)
     );
 }
 
