@@ -15,6 +15,6 @@ cargo test --release --all-features --workspace "$@"
 # The library's unit tests and the tests of the newest, arithmetic-heavy code again in a debug
 # build, where integer overflow panics instead of wrapping (a review found one that every
 # release run had hidden: docs/TESTING.md, "Issue 12").
-cargo test -p fairlock --all-features --lib --test names --test names_review --test fd_form \
-    --test fd_form_review --test model_weighted_proptest
+cargo test -p fairlock --all-features --lib --test names --test fd_form \
+    --test model_weighted_proptest
 bash ci/python.sh

@@ -1,14 +1,21 @@
-//! `Fairness::Bounded(k)` (issue 15) from the outside: threads and processes oversubscribing
-//! two CPUs on a lock with a bypass bound must keep mutual exclusion, tokens that rise in
-//! grant order, and never see a waiter overtaken more than `k` times — while barges do happen.
+//! `Fairness::Bounded(k)` from the outside: threads and processes oversubscribing two CPUs on a
+//! lock with a bypass bound must keep mutual exclusion, tokens that rise in grant order, and
+//! never see a waiter overtaken more than `k` times — while barges do happen. The fairness is
+//! the file's, checked and shown by `inspect`.
+//!
+//! Waiting behind a barge: a grantee that claimed its grant while a barge holds the lock still
+//! honours its deadline and its interrupt hook (it hands the ticket back), also behind a
+//! leaked barge guard. With the crash points of the private feature `__test-crash-points`: a
+//! barger killed right after its barge or as it ends is passed (its death told when it still
+//! held), and a leased `try_lock` stopped between its pre-grant and its claim is not barged.
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{Gate, TempDir, Worker, role, wait_all};
+use common::{Gate, TempDir, Worker, role, wait_all, wait_for_waiters};
 use fairlock::{Error, FairLock, FairMutex, Fairness};
 
 const K: u32 = 4;
@@ -323,4 +330,304 @@ fn a_fairness_mismatch_names_both_bounds() {
             path.display()
         )
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A grantee behind a barge: its deadline and its interrupt hook still apply
+// ---------------------------------------------------------------------------------------------
+
+// A grantee that claims its grant while a barge holds the lock waits for the barge to end; its
+// deadline and its interrupt hook still apply there: when either says stop, it hands the
+// claimed ticket back (`Held → Skipped`) and returns — behind a stopped barger or a leaked
+// barge guard too.
+
+/// How long the barge holds the lock.
+const BARGE_HOLD: Duration = Duration::from_secs(2);
+/// The waiter's timeout (or the delay before its interrupt hook says stop).
+const PATIENCE: Duration = Duration::from_millis(200);
+
+/// Runs the scenario until the main thread's re-lock is a barge ahead of the waiter's fresh
+/// grant (token not a multiple of 512), holds that barge for `BARGE_HOLD`, and returns how
+/// long the waiter's call took. `wait` is the waiter's acquisition (`lock_timeout` or
+/// `lock_interruptible`); it returns whether it got the lock.
+fn waiter_behind_a_long_barge(
+    name: &str,
+    wait: impl Fn(&FairLock) -> bool + Send + Sync + Clone + 'static,
+) -> Duration {
+    waiter_behind_a_barge(name, wait, false).expect("the waiter returned")
+}
+
+/// The scenario above; with `leak`, the barge's guard is forgotten (the lock stays held, as
+/// a leaked std `MutexGuard` keeps its `Mutex`) and the waiter is given 5 s: `None` if it
+/// had not returned by then.
+fn waiter_behind_a_barge(
+    name: &str,
+    wait: impl Fn(&FairLock) -> bool + Send + Sync + Clone + 'static,
+    leak: bool,
+) -> Option<Duration> {
+    let dir = TempDir::new(name);
+    let path = dir.join("lock");
+    let lock = Arc::new(
+        FairLock::options()
+            .fairness(Fairness::Bounded(4))
+            .open(&path)
+            .unwrap(),
+    );
+    for _attempt in 0..50 {
+        let g = lock.lock().unwrap(); // a fast grant
+        let (l2, w2) = (lock.clone(), wait.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let got = w2(&l2);
+            let _ = tx.send((got, t0.elapsed()));
+        });
+        // The waiter queued, then parked (it spins 50 µs at most).
+        wait_for_waiters(&path, 1, Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(20));
+        // Release (grants the sleeping waiter and wakes it) and re-lock at once: a barge,
+        // unless the waiter claimed first.
+        drop(g);
+        let g = lock.lock().unwrap();
+        let barged = !g.token().is_multiple_of(512);
+        if barged && leak {
+            std::mem::forget(g);
+            return rx
+                .recv_timeout(Duration::from_secs(5))
+                .ok()
+                .map(|(_, took)| took);
+        }
+        if barged {
+            std::thread::sleep(BARGE_HOLD);
+        }
+        drop(g);
+        let (_got, took) = rx.recv().unwrap();
+        if barged {
+            return Some(took);
+        }
+    }
+    panic!("no barge in 50 attempts");
+}
+
+/// `lock_timeout(200 ms)` behind a 2 s barge returns by its deadline.
+#[test]
+fn lock_timeout_behind_a_barge_returns_by_its_deadline() {
+    let took = waiter_behind_a_long_barge("bounded-barge-timeout", |l: &FairLock| {
+        l.lock_timeout(PATIENCE).is_ok() // the guard (if any) is dropped here
+    });
+    assert!(
+        took < Duration::from_secs(1),
+        "lock_timeout({PATIENCE:?}) returned after {took:?}: its grantee waited out a \
+         {BARGE_HOLD:?} barge in `after_claim`, ignoring its deadline"
+    );
+}
+
+/// `lock_interruptible` behind a 2 s barge stops when its hook says so (after 200 ms).
+#[test]
+fn lock_interruptible_behind_a_barge_honours_its_hook() {
+    let took = waiter_behind_a_long_barge("bounded-barge-interrupt", |l: &FairLock| {
+        let t0 = Instant::now();
+        let stop = AtomicBool::new(false);
+        l.lock_interruptible(None, || {
+            if t0.elapsed() >= PATIENCE {
+                stop.store(true, SeqCst);
+            }
+            stop.load(SeqCst)
+        })
+        .is_ok()
+    });
+    assert!(
+        took < Duration::from_secs(1),
+        "lock_interruptible (stop after {PATIENCE:?}) returned after {took:?}: its hook is \
+         not called while its grantee waits for a {BARGE_HOLD:?} barge"
+    );
+}
+
+/// `lock_timeout(200 ms)` behind a leaked barge guard times out, as it does behind a leaked
+/// guard of a fast grant or in a strict file.
+#[test]
+fn lock_timeout_behind_a_leaked_barge_guard_times_out() {
+    let took = waiter_behind_a_barge(
+        "bounded-barge-leaked",
+        |l: &FairLock| l.lock_timeout(PATIENCE).is_ok(),
+        true,
+    );
+    assert!(
+        took.is_some_and(|t| t < Duration::from_secs(1)),
+        "lock_timeout({PATIENCE:?}) behind a leaked barge guard: {took:?} (None: still \
+         waiting after 5 s)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Crash points: bargers killed, a leased try_lock stopped before its claim
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(feature = "__test-crash-points")]
+fn open_bounded(path: &std::path::Path) -> FairLock {
+    FairLock::options()
+        .fairness(Fairness::Bounded(4))
+        .open(path)
+        .unwrap()
+}
+
+/// A barger SIGKILLed right after its barge CAS (`barge.taken`): the grantee it barged ahead
+/// of still gets the lock, told `owner_died`.
+#[test]
+#[cfg(feature = "__test-crash-points")]
+fn a_barger_killed_right_after_its_barge_is_passed_and_told() {
+    barger_killed_at(
+        "a_barger_killed_right_after_its_barge_is_passed_and_told",
+        "barge.taken",
+        true,
+    );
+}
+
+/// A barger SIGKILLed as its barge ends (`barge.ended`): the grantee still gets the lock.
+#[test]
+#[cfg(feature = "__test-crash-points")]
+fn a_barger_killed_as_its_barge_ends_is_passed() {
+    barger_killed_at(
+        "a_barger_killed_as_its_barge_ends_is_passed",
+        "barge.ended",
+        false,
+    );
+}
+
+/// A worker barges again and again with crash point `point` armed, while this thread hands the
+/// lock to a waiting thread round after round, until the worker dies there; the grant after
+/// its death must come within 2 s, told `owner_died` if `told`.
+#[cfg(feature = "__test-crash-points")]
+fn barger_killed_at(test: &str, point: &str, told: bool) {
+    if role().is_some() {
+        let lock = open_bounded(common::env("FL_LOCK").as_ref());
+        // Keep trying: every call spins in `barge` for up to 50 µs first (a deadline not yet
+        // past: one already past makes one try, as `try_lock`, and never barges).
+        loop {
+            if let Ok(g) = lock.lock_timeout(Duration::from_micros(200)) {
+                drop(g);
+            }
+        }
+    }
+    let dir = TempDir::new("bounded-crash-barge");
+    let path = dir.join("lock");
+    let lock = Arc::new(open_bounded(&path));
+    let mut child = Worker::spawn(
+        dir.path(),
+        test,
+        "barger",
+        "barger",
+        &[
+            ("FL_LOCK", path.display().to_string()),
+            ("FAIRLOCK_CRASH", point.into()),
+        ],
+    );
+    for round in 0..200 {
+        let g = lock.lock().unwrap();
+        // The barger may also die barging into the lock between two rounds (nobody waiting):
+        // then this grant is the first after its death, and is the one told.
+        let first_told = g.owner_died();
+        let l2 = lock.clone();
+        let b = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let g = l2.lock().unwrap();
+            (g.owner_died(), t0.elapsed())
+        });
+        // b parks (the child's short-deadline tickets come and go meanwhile).
+        std::thread::sleep(Duration::from_millis(5));
+        drop(g);
+        let (died, took) = b.join().unwrap();
+        if child.poll() {
+            eprintln!(
+                "round {round}: barger dead; holder told={first_told}, waiter died={died} took {took:?}"
+            );
+            assert!(
+                died || first_told || !told,
+                "the grantee behind a barger killed at {point} was not told"
+            );
+            assert!(took < Duration::from_secs(2), "took {took:?}");
+            // And the lock still works.
+            drop(lock.lock_timeout(Duration::from_secs(2)).unwrap());
+            return;
+        }
+    }
+    panic!("the barger never hit {point}");
+}
+
+#[cfg(feature = "__test-crash-points")]
+fn open_bounded_with_lease(path: &std::path::Path, lease: bool) -> FairLock {
+    let mut o = FairLock::options();
+    o.fairness(Fairness::Bounded(4));
+    if lease {
+        o.lease(Duration::from_secs(30));
+    }
+    o.open(path).unwrap()
+}
+
+/// A leased `try_lock` of a free bounded lock takes a ticket that its own walk grants at once
+/// (`Ready`, `advance.ready`), then claims it. Stopped in between (SIGSTOP), nobody barges ahead
+/// of that ticket — a barge needs a `Granted` head whose waiter published its arrival, and a
+/// pre-granted ticket has neither — so a `lock()` meanwhile waits until the grace passes the
+/// stalled pre-grant over; continued, the `try_lock` finds its ticket skipped and answers
+/// `WouldBlock` (the lock is held), not `Timeout`, and the lock stays whole.
+#[test]
+#[cfg(feature = "__test-crash-points")]
+fn a_stalled_leased_try_lock_is_not_barged_and_would_block() {
+    if role().is_some() {
+        // Stopped (SIGSTOP) right after the walk pre-granted our ticket, then continued.
+        let lock = open_bounded_with_lease(common::env("FL_LOCK").as_ref(), true);
+        let code = match lock.try_lock() {
+            Ok(g) => {
+                drop(g);
+                10
+            }
+            Err(Error::WouldBlock { .. }) => 11,
+            Err(Error::Timeout { .. }) => 12,
+            Err(e) => {
+                eprintln!("try_lock: {e}");
+                13
+            }
+        };
+        std::process::exit(code);
+    }
+    let dir = TempDir::new("bounded-try-lease");
+    let path = dir.join("lock");
+    let lock = open_bounded_with_lease(&path, false);
+    let mut child = Worker::spawn(
+        dir.path(),
+        "a_stalled_leased_try_lock_is_not_barged_and_would_block",
+        "leased try_lock",
+        "taker",
+        &[
+            ("FL_LOCK", path.display().to_string()),
+            ("FAIRLOCK_CRASH", "advance.ready:stop".into()),
+        ],
+    );
+    common::wait_until(Duration::from_secs(20), "the taker stopped", || {
+        common::chaos::pid_stopped(child.pid())
+    });
+    // Its ticket is granted (`Ready`), not claimed: no barge ahead of it; we wait for the
+    // grace to pass it over, then hold ticket 1 (token 2 · 512).
+    let t0 = Instant::now();
+    let g = lock.lock().unwrap();
+    assert_eq!(g.token(), 1024, "not a barge: the next ticket's grant");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(40),
+        "{:?}",
+        t0.elapsed()
+    );
+    common::chaos::signal(child.pid(), libc::SIGCONT);
+    common::wait_until(Duration::from_secs(20), "the taker's answer", || {
+        child.poll()
+    });
+    drop(g);
+    let code = child.status.unwrap().code();
+    assert_eq!(
+        code,
+        Some(11),
+        "the continued try_lock: 11 = WouldBlock, 12 = Timeout, 10 = held\n{}",
+        child.stderr()
+    );
+    // And the lock is whole: free for the next.
+    drop(lock.try_lock().unwrap());
 }

@@ -10,10 +10,9 @@
 //! that arrives after a newer one entered must already get `LockLost` from `check()`; a holder
 //! that finds, on leaving, that a newer one entered during its hold must get `LockLost` from
 //! `unlock()`; and whenever a holder's `check()` says `Ok`, the witness must still show it
-//! inside (read before the check). Issue 11's bugs 3 (a paused
-//! claimer's lease write hit a reused slot: two holders) and 8 (nobody timed a dead taker's
-//! pre-grant behind lapped takers: stalls of seconds) are what this is built to catch; run it
-//! against the code before the fix and it fails (docs/TESTING.md).
+//! inside (read before the check). Among what this is built to catch: a paused claimer's lease
+//! write landing in a reused slot (two holders), and a dead taker's pre-grant behind lapped
+//! takers that nobody times (stalls of seconds).
 //!
 //! Reproduce a run with `FL_SEED=<seed printed by the test>`.
 

@@ -1,7 +1,7 @@
 //! `FairMutex<T>`: a value in the lock file, shared by processes and threads, that survives
 //! reopening, its writer's death and a reboot's re-initialisation; and what is refused.
 //!
-//! The counting tests are issue 14's "done when": 4 processes × 2 threads incrementing one
+//! The counting tests: 4 processes × 2 threads incrementing one
 //! `FairMutex<u64>` 5,000 times each get exactly 40,000, also when one process is SIGKILLed
 //! while it holds the lock (the next holder is told `owner_died()`, and the count is the
 //! survivors' plus the dead process's completed increments).
@@ -318,7 +318,7 @@ fn a_guard_inherited_through_fork_gives_no_access() {
 
 #[test]
 fn a_refusal_of_a_file_from_another_boot_writes_nothing() {
-    // Review finding: the type check came after the re-initialisation of a stale file.
+    // The type check comes before any re-initialisation of a stale file.
     let dir = TempDir::new("mutex-refused-stale");
     let path = dir.join("m.lock");
     *FairMutex::<u64>::open(&path).unwrap().lock().unwrap() = 5;
@@ -340,8 +340,8 @@ static LEAKY: std::sync::OnceLock<FairMutex<u64>> = std::sync::OnceLock::new();
 
 #[test]
 fn a_leaked_guard_keeps_the_lock_after_its_thread_exits() {
-    // Review finding: the thread-exit watch gave a leaked guard's grant to the next holder
-    // while the leaked `&'static mut u64` was still usable: two `&mut` to one value.
+    // The thread-exit watch never gives a leaked guard's grant to the next holder: the leaked
+    // `&'static mut u64` is still usable (two `&mut` to one value).
     let dir = TempDir::new("mutex-leak");
     let m = LEAKY.get_or_init(|| FairMutex::<u64>::open(dir.join("m.lock")).unwrap());
     let leaked: &'static mut u64 = std::thread::spawn(|| {
@@ -379,8 +379,8 @@ thread_local! {
 
 #[test]
 fn a_guard_in_a_thread_local_is_released_only_when_dropped() {
-    // Review finding: the exit watch, registered after this thread-local (at the first lock),
-    // ran first and gave the lock away while the thread-local's destructor still wrote.
+    // The exit watch, registered after this thread-local (at the first lock), runs first; it
+    // must not give the lock away while the thread-local's destructor still writes.
     let dir = TempDir::new("mutex-tls");
     let m = TLS_MUTEX.get_or_init(|| FairMutex::<u64>::open(dir.join("m.lock")).unwrap());
     let (tx, rx) = std::sync::mpsc::channel();

@@ -44,8 +44,8 @@ fn tiny_slot_array_wraps_many_laps() {
 #[test]
 fn more_waiters_than_slots() {
     // 6 threads on a 4-slot file: a waiter whose slot is still used one lap earlier polls
-    // for it; meanwhile a ticket one more lap ahead finds the slot two laps behind.
-    // (Failed with Corrupt("slot is laps behind its ticket") before commit 1205289.)
+    // for it; meanwhile a ticket one more lap ahead finds the slot two laps behind, which is
+    // no `Corrupt("slot is laps behind its ticket")`.
     small_slots_stress(4, 6, 300);
     small_slots_stress(2, 5, 300);
 }

@@ -1,12 +1,19 @@
-//! The shared kinds across real processes: `FairRwLock` (readers overlap, a writer excludes
-//! everyone, a writer that arrives while readers hold goes before readers that arrive after
-//! it, dead readers and writers recovered) and `FairSemaphore` (at most N, arrival order, a
-//! dead holder's permit comes back, a file of another count refused).
+//! The shared kinds: `FairRwLock` (readers overlap, a writer excludes everyone, a writer that
+//! arrives while readers hold goes before readers that arrive after it, dead readers and
+//! writers recovered) and `FairSemaphore` (at most N, arrival order, a dead holder's permit
+//! comes back, a file of another count refused), across real processes and threads.
+//!
+//! Also: shares beside a long-held share (each lap of its slot is retaken, nothing stalls
+//! however many laps go by), several leased shares of one process (each with its own lease),
+//! a dead reader's slot reused, a write behind the thread's own retaken read, and interrupt
+//! hooks that panic.
 
 mod common;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{Gate, Shm, TempDir, Worker, log_append, log_entries, role, wait_all};
@@ -510,4 +517,418 @@ fn a_permit_outlives_its_thread_and_may_be_released_by_another() {
         sc.spawn(move || p.unlock().expect("release from another thread"));
     });
     drop(s.try_acquire().expect("free again"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many grants beside a long-held share; several leased shares of one process; a dead reader
+// ---------------------------------------------------------------------------------------------
+
+/// One long read; 255 short reads by another thread; the 256th short read maps to the long
+/// read's slot and is granted beside it at once (readers share): it does not wait for it.
+#[test]
+fn a_long_read_does_not_block_the_256th_read_after_it() {
+    let dir = TempDir::new("kinds-long-read");
+    let path = dir.join("rw");
+    let lock = FairRwLock::open(&path).expect("open");
+    let long = lock.read().expect("read");
+    let p = path.clone();
+    let r = std::thread::spawn(move || {
+        let l = FairRwLock::open(&p).expect("open");
+        for i in 0..255 {
+            drop(l.read().unwrap_or_else(|e| panic!("read {i}: {e}")));
+        }
+        l.read_timeout(Duration::from_millis(500))
+            .map(|g| g.token())
+    })
+    .join()
+    .expect("reader thread");
+    drop(long);
+    assert!(r.is_ok(), "the 256th read after a long read: {r:?}");
+}
+
+/// The same for a semaphore of 2 permits: one held for long, the other acquired and released by
+/// another thread; its 256th acquisition, on the long holder's slot, is granted (a permit is
+/// free).
+#[test]
+fn a_free_permit_is_granted_after_many_uses() {
+    let dir = TempDir::new("kinds-permit");
+    let path = dir.join("sem");
+    let sem = FairSemaphore::open(&path, 2).expect("open");
+    let long = sem.acquire().expect("acquire");
+    let p = path.clone();
+    let r = std::thread::spawn(move || {
+        let s = FairSemaphore::open(&p, 2).expect("open");
+        for i in 0..255 {
+            drop(s.acquire().unwrap_or_else(|e| panic!("acquire {i}: {e}")));
+        }
+        s.acquire_timeout(Duration::from_millis(500))
+            .map(|g| g.token())
+    })
+    .join()
+    .expect("thread");
+    drop(long);
+    assert!(r.is_ok(), "one permit free, yet: {r:?}");
+}
+
+/// Each leased grant has its own deadline, in its slot: a process holds any number of leased
+/// reads (two threads of one process share a leased semaphore this way:
+/// `fairlock.diskcache.BoundedSemaphore(value=2, expire=...)`), and each one's lease is its
+/// own — extending one does not extend the other, and a writer takes over exactly the one
+/// whose lease ran out.
+#[test]
+fn a_process_holds_several_leased_shares_each_with_its_own_lease() {
+    let dir = TempDir::new("kinds-leased-shares");
+    let path = dir.join("rw");
+    let leased = |ms: u64| {
+        FairRwLock::options()
+            .lease(Duration::from_millis(ms))
+            .open_rwlock(&path)
+            .expect("open")
+    };
+    let a = leased(1000);
+    let r1 = a.read().expect("read");
+    r1.extend(Duration::from_secs(60)).expect("extend");
+    let p2 = path.clone();
+    // A second leased read of this process, on another thread, with a short lease.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let second = std::thread::spawn(move || {
+        let b = FairRwLock::options()
+            .lease(Duration::from_millis(300))
+            .open_rwlock(&p2)
+            .expect("open");
+        let r2 = b.read().expect("a second leased read of the process");
+        tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+        // Its lease (300 ms) ran out and a writer took it over: lost.
+        assert!(matches!(r2.check(), Err(Error::LockLost { .. })));
+    });
+    rx.recv().unwrap();
+    // (This thread asking again is refused first for re-entry: WouldDeadlock.)
+    assert!(matches!(a.try_write(), Err(Error::WouldDeadlock { .. })));
+    // A writer waits: the short read is taken over after ~300 ms, the extended one never.
+    let p4 = path.clone();
+    let writer = std::thread::spawn(move || {
+        FairRwLock::open(&p4)
+            .expect("open")
+            .write_timeout(Duration::from_secs(2))
+            .map(|_| ())
+    })
+    .join()
+    .expect("writer");
+    assert!(matches!(writer, Err(Error::Timeout { .. })), "{writer:?}");
+    done_tx.send(()).unwrap();
+    second.join().expect("second reader");
+    r1.check().expect("the extended read is still ours");
+    r1.unlock().expect("unlock");
+}
+
+/// One thread holds two leased permits of one semaphore at once (each with its own lease), as
+/// two threads of a process sharing a `BoundedSemaphore(value=2, expire=...)` do.
+#[test]
+fn one_thread_holds_two_leased_permits() {
+    let dir = TempDir::new("kinds-two-permits");
+    let path = dir.join("sem");
+    let sem = FairSemaphore::options()
+        .lease(Duration::from_secs(30))
+        .open_semaphore(&path, 2)
+        .expect("open");
+    let a = sem.acquire().expect("first leased permit");
+    let b = sem
+        .acquire()
+        .expect("second leased permit of the same thread");
+    assert_ne!(a.token(), b.token());
+    a.extend(Duration::from_secs(60)).expect("extend one");
+    assert!(matches!(sem.try_acquire(), Err(Error::WouldBlock { .. })));
+    b.unlock().expect("unlock the second");
+    a.check().expect("the first is still ours");
+    let c = sem.try_acquire().expect("one permit back");
+    drop((a, c));
+}
+
+/// Real processes and default options: a reader process is killed while holding; 255 reads
+/// follow (each granted at once: nobody waits, so nobody recovers); the 256th read maps to the
+/// dead reader's slot. It is granted (a share is free), and the death reaches the later grant
+/// that needs the dead reader's share.
+#[test]
+fn a_dead_reader_does_not_stall_the_reader_on_its_slot() {
+    if role().is_some() {
+        let l = Box::leak(Box::new(
+            FairRwLock::open(common::env("FL_LOCK")).expect("open"),
+        ));
+        let shm = Shm::open(common::env("FL_SHM").as_ref());
+        let g = l.read().expect("read");
+        std::mem::forget(g);
+        shm.write(0, 1);
+        std::thread::sleep(Duration::from_secs(60));
+        panic!("not killed");
+    }
+    let dir = TempDir::new("kinds-dead-reader");
+    let lock_path = dir.join("rw");
+    let shm_path = dir.join("shm");
+    let shm = Shm::create(&shm_path, 1);
+    let mut w = Worker::spawn(
+        dir.path(),
+        "a_dead_reader_does_not_stall_the_reader_on_its_slot",
+        "reader",
+        "reader",
+        &[
+            ("FL_LOCK", lock_path.display().to_string()),
+            ("FL_SHM", shm_path.display().to_string()),
+        ],
+    );
+    common::wait_until(Duration::from_secs(20), "the read", || {
+        assert!(!w.poll(), "worker exited: {}", w.stderr());
+        shm.read(0) == 1
+    });
+    w.child.kill().expect("kill");
+    w.child.wait().expect("wait");
+    let l = FairRwLock::open(&lock_path).expect("open");
+    for i in 0..255 {
+        drop(l.read().unwrap_or_else(|e| panic!("read {i}: {e}")));
+    }
+    // The 256th read's slot is still the dead reader's: it takes another ticket and is
+    // granted (a share is free; it needs nothing of the dead reader's, so it need not be told).
+    let r = l.read_timeout(Duration::from_secs(2));
+    assert!(
+        r.is_ok(),
+        "the read on the dead reader's slot was not granted: {r:?}"
+    );
+    drop(r);
+    // A write needs the dead reader's share: recovered, and told.
+    let next = l
+        .write_timeout(Duration::from_secs(2))
+        .map(|g| g.owner_died());
+    assert!(matches!(next, Ok(true)), "the next write: {next:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Re-entry behind a retaken read; interrupt hooks that panic; many long holders
+// ---------------------------------------------------------------------------------------------
+
+/// A thread of another handle holds a read (ticket 0) of a 4-slot reader/writer lock for long;
+/// the main thread reads three times (tickets 1..3), then a fourth time: ticket 4 maps to the
+/// long read's slot, so it is retaken as ticket 5 and granted. Holding that read, the thread
+/// asks for a write: it would wait behind its own read, so it gets `WouldDeadlock` —
+/// `holds_already` finds ticket 5 although it lies more than N tickets from `head` (0); missed,
+/// the write would wait behind its own read (here until its timeout; `write()` for ever).
+#[test]
+fn a_write_behind_its_own_retaken_read_is_refused() {
+    let dir = TempDir::new("kinds-reentry");
+    let path = dir.join("rw");
+    let lock = FairRwLock::options()
+        .slots(4)
+        .open_rwlock(&path)
+        .expect("open");
+    let (hold_tx, hold_rx) = mpsc::channel::<()>();
+    let (held_tx, held_rx) = mpsc::channel::<()>();
+    let p = path.clone();
+    let long = std::thread::spawn(move || {
+        let l = FairRwLock::open(&p).expect("open");
+        let g = l.read().expect("long read");
+        held_tx.send(()).unwrap();
+        let _ = hold_rx.recv();
+        drop(g);
+    });
+    held_rx.recv().unwrap();
+    for _ in 0..3 {
+        drop(lock.read().expect("read"));
+    }
+    let mine = lock
+        .read_timeout(Duration::from_secs(2))
+        .expect("retaken read");
+    assert_eq!(mine.token(), 6, "ticket 4 was retaken as ticket 5");
+    let status = fairlock::inspect(&path).expect("inspect");
+    let shown: Vec<u64> = status.holders.iter().map(|h| h.token).collect();
+    eprintln!("status holders (tokens): {shown:?}");
+    let w = lock.write_timeout(Duration::from_millis(300));
+    drop(mine);
+    hold_tx.send(()).unwrap();
+    long.join().unwrap();
+    assert!(
+        matches!(w, Err(Error::WouldDeadlock { .. })),
+        "a write behind this thread's own read: {w:?}"
+    );
+    assert_eq!(shown, vec![1, 6], "status shows every holder");
+}
+
+/// Holds a write of `path` on another thread until the returned sender is used (or dropped).
+fn write_elsewhere(path: &std::path::Path) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (held_tx, held_rx) = mpsc::channel::<()>();
+    let p = path.to_path_buf();
+    let h = std::thread::spawn(move || {
+        let l = FairRwLock::open(&p).expect("open");
+        let g = l.write().expect("write");
+        held_tx.send(()).unwrap();
+        let _ = go_rx.recv();
+        drop(g);
+    });
+    held_rx.recv().unwrap();
+    (go_tx, h)
+}
+
+/// A leased read whose interrupt hook panics unwinds out of `acquire_weighted`; the process's
+/// count of leased shares is given back on the way (`leased_share_ended`), so later leased
+/// reads, writes and permits of the file are granted as before, not refused with
+/// `InvalidOption`.
+#[test]
+fn a_panicking_interrupt_hook_does_not_disable_leased_grants() {
+    let dir = TempDir::new("kinds-hook");
+    let path = dir.join("rw");
+    let leased = FairRwLock::options()
+        .lease(Duration::from_millis(200))
+        .open_rwlock(&path)
+        .expect("open leased");
+    let (release, writer) = write_elsewhere(&path);
+    let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        leased
+            .read_interruptible(None, || panic!("hook panics"))
+            .map(|g| g.token())
+    }));
+    assert!(r.is_err(), "the hook panicked: {r:?}");
+    release.send(()).unwrap();
+    writer.join().unwrap();
+    // From another thread (this one looks like the holder of its stranded, granted ticket).
+    let again = std::thread::scope(|s| {
+        s.spawn(|| {
+            leased
+                .read_timeout(Duration::from_secs(2))
+                .map(|g| g.token())
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(again.is_ok(), "a leased read after the panic: {again:?}");
+}
+
+/// An *unleased* waiter whose interrupt hook panics gives its published ticket up before the
+/// panic goes on: left behind, once granted it would never be claimed nor skipped (its process
+/// lives, no lease), and a writer would wait for as long as the process lives.
+#[test]
+fn a_panicking_interrupt_hook_does_not_strand_the_lock() {
+    let dir = TempDir::new("kinds-strand");
+    let path = dir.join("rw");
+    let plain = FairRwLock::open(&path).expect("open");
+    let (release, writer) = write_elsewhere(&path);
+    let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        plain
+            .read_interruptible(None, || panic!("hook panics"))
+            .map(|g| g.token())
+    }));
+    assert!(r.is_err(), "the hook panicked: {r:?}");
+    release.send(()).unwrap();
+    writer.join().unwrap();
+    let w2 = std::thread::scope(|s| {
+        s.spawn(|| {
+            plain
+                .write_timeout(Duration::from_secs(1))
+                .map(|g| g.token())
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(w2.is_ok(), "nothing is held, yet: {w2:?}");
+}
+
+/// Default options (256 slots): a semaphore of 18 permits, 17 taken at start-up and held; the
+/// 18th is used over and over by another thread. An acquisition that maps to slot 0 meets 17
+/// held slots in a row (slots 0..16): the free permit is still granted every time while the
+/// 17 hold.
+#[test]
+fn a_free_permit_is_granted_next_to_seventeen_long_holders() {
+    let dir = TempDir::new("kinds-17");
+    let path = dir.join("sem");
+    let sem = fairlock::FairSemaphore::open(&path, 18).expect("open");
+    let long: Vec<_> = (0..17).map(|_| sem.acquire().expect("acquire")).collect();
+    let p = path.clone();
+    let r = std::thread::spawn(move || {
+        let s = fairlock::FairSemaphore::open(&p, 18).expect("open");
+        for i in 0..400 {
+            match s.acquire_timeout(Duration::from_millis(500)) {
+                Ok(g) => drop(g),
+                Err(e) => return Err(format!("acquisition {i}: {e}")),
+            }
+        }
+        Ok(())
+    })
+    .join()
+    .expect("thread");
+    drop(long);
+    assert!(r.is_ok(), "one permit free, yet: {r:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Long holds: a share kept while thousands of others come and go. Every lap of the long
+// share's slot is retaken by the short ones (they may not wait behind a share they could hold
+// beside); nothing stalls however many laps go by, and the lock is whole afterwards.
+// ---------------------------------------------------------------------------------------------
+
+/// Short acquisitions beside the long one: more than three side records of 4095 retaken laps
+/// each could hold, on a 2-slot file (every other ticket maps to the long share's slot).
+const SHORT: u32 = 30_000;
+
+/// One read held while `SHORT` reads by another thread come and go on a 2-slot file; each
+/// must be granted at once (within a second), and a writer after the long read gets in.
+#[test]
+fn a_read_held_across_thousands_of_laps_stalls_nobody() {
+    let dir = TempDir::new("long-read");
+    let path = dir.join("rw");
+    let lock = FairLock::options()
+        .slots(2)
+        .open_rwlock(&path)
+        .expect("open");
+    let long = lock.read().expect("read");
+    let p = path.clone();
+    let worst = std::thread::spawn(move || {
+        let l = FairLock::options().slots(2).open_rwlock(&p).expect("open");
+        let mut worst = Duration::ZERO;
+        for i in 0..SHORT {
+            let t = Instant::now();
+            let g = l
+                .read_timeout(Duration::from_secs(1))
+                .unwrap_or_else(|e| panic!("read {i} beside a long read: {e}"));
+            worst = worst.max(t.elapsed());
+            drop(g);
+        }
+        worst
+    })
+    .join()
+    .expect("reader thread");
+    drop(long);
+    let w = lock
+        .write_timeout(Duration::from_secs(1))
+        .expect("writer after the long read");
+    drop(w);
+    assert!(
+        worst < Duration::from_secs(1),
+        "slowest short read {worst:?}"
+    );
+}
+
+/// The same for a semaphore of 2 permits on 4 slots: one kept, the other taken 10,000 times.
+#[test]
+fn a_permit_held_across_thousands_of_laps_stalls_nobody() {
+    let dir = TempDir::new("long-permit");
+    let path = dir.join("sem");
+    let sem = FairLock::options()
+        .slots(4)
+        .open_semaphore(&path, 2)
+        .expect("open");
+    let long = sem.acquire().expect("acquire");
+    let p = path.clone();
+    std::thread::spawn(move || {
+        let s = FairSemaphore::open(&p, 2).expect("open");
+        for i in 0..10_000 {
+            drop(
+                s.acquire_timeout(Duration::from_secs(1))
+                    .unwrap_or_else(|e| panic!("acquisition {i} beside a long one: {e}")),
+            );
+        }
+    })
+    .join()
+    .expect("thread");
+    drop(long);
+    let both = (sem.acquire().expect("one"), sem.acquire().expect("two"));
+    drop(both);
 }

@@ -11,7 +11,7 @@
 //! Re-entrancy is process-local bookkeeping in the API layer (a depth counter on the guard of
 //! the owning thread), not part of `core`, so there is no model for it here. Slot reuse, the
 //! lease protocol across reuse, the died flag across reuse and the clean-up of a dead
-//! participant's entry are modelled (issue 11: the proofs could not see bugs that needed them).
+//! participant's entry are modelled (bugs that need them are invisible to models without them).
 #![cfg(loom)]
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -551,12 +551,12 @@ impl LeaseWitness {
     }
 }
 
-/// Bug 3 of issue 11. A leased waiter (ticket 1) is granted; it claims — and may be preempted
+/// A leased waiter (ticket 1) is granted; it claims — and may be preempted
 /// right after its claim CAS, or inside `extend` — while the waiter behind it (ticket 2) times
 /// its lease, takes it over, holds, releases, and takes ticket 3, which reuses ticket 1's slot
 /// (2 slots) with a lease of its own. The lease-aware witness must hold whatever the
-/// interleaving: the paused one used to write its deadline into ticket 3's lease and hold with
-/// it (two holders, and ticket 3 no longer taken over by its own lease).
+/// interleaving: the paused one never writes its deadline into ticket 3's lease to hold with it
+/// (two holders, and ticket 3 no longer taken over by its own lease).
 #[test]
 fn leased_claim_races_takeover_and_slot_reuse() {
     let mut b = loom::model::Builder::new();
@@ -688,7 +688,7 @@ fn participant_clean_up_races_recovery() {
     });
 }
 
-/// Found by review: passing a lapped taker's given-up ticket replaces the previous lap's word
+/// Passing a lapped taker's given-up ticket replaces the previous lap's word
 /// of its slot, which may be a dead holder's `Revoked` — the only place the death's news lives
 /// until a grant passed it. A second walker starting from a `head` at or before the revoked
 /// ticket must still learn it: the next holder is told the owner died.
@@ -812,7 +812,7 @@ fn a_lapped_taker_gives_up_while_the_walk_reaches_it() {
     });
 }
 
-/// Found by review: `clean_up_participant` runs with the entry already alive again (the new
+/// `clean_up_participant` runs with the entry already alive again (the new
 /// owner holds its beacon). If a grant moves the dead process's waiting ticket between the
 /// clean-up's load and its CAS, the clean-up must follow it — else that ticket stays granted to
 /// a live participant that never claims it, and nobody ever skips it.
@@ -1046,7 +1046,7 @@ fn readers_and_a_writer_exclude_each_other() {
     });
 }
 
-// ---- The lock word (issue 15): fast grants, the first queuer, revocation of a fast holder ----
+// ---- The lock word: fast grants, the first queuer, revocation of a fast holder ----
 
 /// A dead fast holder and nobody queued; two takers race: one revokes it (the word's `D` set)
 /// or queues behind it and revokes it through the walk; exactly one of them is told the owner

@@ -15,9 +15,10 @@
 //!
 //! `Churn` takes and gives back a share up to 1,500 times in a row while other shares may be
 //! held for good: their slots are lapped over and over (each lap retaken), `head` stays far
-//! behind, and walks start at `front` (issue 28).
+//! behind, and walks start at `front`.
 //!
-//! Failing cases shrink and are kept in `proptest-regressions/model_weighted_proptest.txt`.
+//! Failing cases shrink and are kept next to this file, in
+//! `tests/model_weighted_proptest.proptest-regressions` (`FileFailurePersistence::WithSource`).
 
 use std::sync::atomic::Ordering::Acquire;
 

@@ -188,9 +188,9 @@ fn two_handles_same_path_are_one_lock() {
 /// Two `FairRLock` handles on one file that differ in their lease: a guard nested through the
 /// handle without a lease belongs to the outer, leased grant, so it reports that lease, can
 /// extend it, and releases it the way a leased grant is released (a CAS that a takeover can
-/// win). It used to take its lease from its own handle: `lease()` was `None`, `extend` failed
-/// with "opened without a lease", and its release was the unleased plain store, which could
-/// report `Ok` for a grant whose lease a takeover had already revoked.
+/// win). Its own handle's lease (none) does not apply: `lease()` is not `None`, `extend` does
+/// not fail with "opened without a lease", and its release is not the unleased plain store,
+/// which could report `Ok` for a grant whose lease a takeover had already revoked.
 #[test]
 fn nested_guard_takes_the_lease_of_the_outer_grant() {
     let dir = TempDir::new("reent-lease");
@@ -225,9 +225,9 @@ fn nested_guard_takes_the_lease_of_the_outer_grant() {
 
 #[test]
 fn nesting_is_bounded_and_never_gives_the_outer_grant_away() {
-    // Second review: the depth counter ran into the poison bit after 2^31 forgotten nested
-    // guards, and the next nested release gave up the outer grant (of a FairMutex, too,
-    // whose `&mut` was still alive). Now a nested lock past the bound is refused.
+    // A nested lock past the bound (2^24 levels) is refused (`TooDeep`): after 2^31 forgotten
+    // nested guards the depth counter would run into the poison bit, and the next nested
+    // release would give up the outer grant (of a FairMutex, too, whose `&mut` is alive).
     let dir = common::TempDir::new("reentrancy-depth");
     let path = dir.join("m.lock");
     let m = fairlock::FairMutex::<u64>::open(&path).unwrap();
@@ -363,12 +363,12 @@ fn forget_a_leased_grant(path: &std::path::Path) {
 }
 
 /// A thread forgets leased guards and drops their handles, then opens fresh files: the first
-/// lock of each must be granted. (A thread's record of a leased grant named the view by its
-/// address; a later view at the same address was taken for it, and its first lock said
-/// `LockLost`: review finding.)
+/// lock of each must be granted. (A thread's record of a leased grant must not name the view by
+/// its address alone: a later view at the same address would be taken for it, and its first
+/// lock would say `LockLost`.)
 #[test]
 fn forgotten_leased_guards_do_not_poison_later_views() {
-    let dir = TempDir::new("review-forgot-many");
+    let dir = TempDir::new("reent-forgot-many");
     let d = dir.join("");
     std::thread::spawn(move || {
         for i in 0..200 {
@@ -394,12 +394,13 @@ fn forgotten_leased_guards_do_not_poison_later_views() {
 
 /// `lock_for_fd` with a lease, repeatedly in one thread, each on a fresh file, each unlocked
 /// with `unlock_fd`: nothing is held when the next one starts (a grant held for a descriptor is
-/// not its thread's; recorded as the thread's, it made a later view's lock say `LockLost`).
+/// not its thread's; recorded as the thread's, it would make a later view's lock say
+/// `LockLost`).
 #[test]
 fn leased_descriptor_locks_in_one_thread() {
     use std::fs::OpenOptions as FsOpen;
     use std::os::fd::AsFd;
-    let dir = TempDir::new("review-fd-lease");
+    let dir = TempDir::new("reent-fd-lease");
     let d = dir.join("");
     std::thread::spawn(move || {
         for i in 0..50 {
@@ -423,11 +424,11 @@ fn leased_descriptor_locks_in_one_thread() {
 /// Thread T forgot leased guards (of files it closed), then opened other files; the main
 /// thread holds leased grants of those (60 s leases) through T's handles. T exits: its
 /// thread-local's destructor gives up what T still holds — never another thread's grant
-/// through a view at an address T once used (it revoked the main thread's live grants, and a
-/// third thread took those locks while their guards lived: two holders; review finding).
+/// through a view at an address T once used (revoking the main thread's live grants would let a
+/// third thread take those locks while their guards live: two holders).
 #[test]
 fn a_thread_exit_never_revokes_another_thread_s_grants() {
-    let dir = TempDir::new("review-exit");
+    let dir = TempDir::new("reent-exit");
     let d = dir.join("");
     let (tx, rx) = std::sync::mpsc::channel::<Vec<Arc<FairLock>>>();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();

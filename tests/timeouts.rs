@@ -1,15 +1,31 @@
-//! `lock_timeout`: waiters that give up never stall anyone, never break mutual exclusion, and
-//! a waiter queued behind a timed-out one is served as soon as the holder releases.
+//! Giving up: waiters that stop waiting — by a deadline, a zero timeout, a poll in a loop or an
+//! interrupt hook — never stall anyone and never break mutual exclusion.
+//!
+//! * `lock_timeout`: mixed plain and timed waiters keep exclusion; a waiter queued behind a
+//!   timed-out one is served as soon as the holder releases; a timeout takes about the time
+//!   asked.
+//! * Polling: `lock_timeout(0)`, `lock_timeout` of a few milliseconds and `write_timeout(ZERO)`
+//!   in a loop are ordinary ways to ask "free yet?", and cost nothing afterwards: behind a
+//!   holder and a waiter, pollers (threads of this process, or other processes) ask again and
+//!   again, every answer `Timeout`; then the holder and the waiter release, and the idle lock
+//!   is taken at once (within 100 ms), for 2, 16 and 256 slots, exclusive and reader/writer.
+//!   Each ticket given up while lapped costs no grace (pollers make them far faster than one
+//!   50 ms grace each). Each case prints how many polls there were and how long the idle lock
+//!   took (`--nocapture`); `FL_POLL_MS` sets how long the pollers poll (300 ms by default).
+//! * `lock_interruptible`: a waiter that is told to stop gives its ticket up at once (a signal
+//!   delivered to it wakes it), nobody queued behind it waits for it, a grant that races the
+//!   interruption is kept, and a hook that panics gives the ticket up before the panic goes on.
 
 mod common;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{Gate, Shm, TempDir, Worker, racy_increment, role, wait_all, wait_for_waiters};
-use fairlock::{Error, FairLock};
+use fairlock::{Error, FairLock, FairRLock, FairRwLock};
 
 const PROCS: usize = 2;
 const THREADS: usize = 3;
@@ -301,4 +317,481 @@ fn expiring_timeout_takes_about_the_time_asked() {
             "returned late: {elapsed:?} for {ms} ms"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Polling: asking "free yet?" in a loop never stalls an idle lock
+// ---------------------------------------------------------------------------------------------
+
+/// How long the pollers poll: `FL_POLL_MS`, or 300 ms.
+fn poll_for() -> Duration {
+    let ms = std::env::var("FL_POLL_MS")
+        .ok()
+        .map_or(300, |v| v.parse().expect("FL_POLL_MS: milliseconds"));
+    Duration::from_millis(ms)
+}
+/// The longest the idle lock may take afterwards.
+const IDLE_WITHIN: Duration = Duration::from_millis(100);
+/// Pollers per case.
+const POLLERS: usize = 3;
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Exclusive,
+    RwLock,
+}
+
+enum Lock {
+    Exclusive(FairLock),
+    RwLock(FairRwLock),
+}
+
+impl Lock {
+    fn open(kind: Kind, slots: u32, path: &std::path::Path) -> Lock {
+        let mut o = FairLock::options();
+        o.slots(slots);
+        match kind {
+            Kind::Exclusive => Lock::Exclusive(o.open(path).expect("open")),
+            Kind::RwLock => Lock::RwLock(o.open_rwlock(path).expect("open")),
+        }
+    }
+
+    /// Holds the lock (exclusively) for `f`'s duration.
+    fn with<R>(&self, timeout: Option<Duration>, f: impl FnOnce() -> R) -> Result<R, Error> {
+        match self {
+            Lock::Exclusive(l) => {
+                let _g = match timeout {
+                    Some(d) => l.lock_timeout(d)?,
+                    None => l.lock()?,
+                };
+                Ok(f())
+            }
+            Lock::RwLock(l) => {
+                let _g = match timeout {
+                    Some(d) => l.write_timeout(d)?,
+                    None => l.write()?,
+                };
+                Ok(f())
+            }
+        }
+    }
+
+    /// One poll: a zero timeout, one of up to 50 µs or one of up to 2 ms (readers too, on a
+    /// reader/writer lock). Every nonzero one takes a ticket and gives it up.
+    fn poll(&self, i: u64) -> Result<(), Error> {
+        let d = match i % 4 {
+            0 => Duration::ZERO,
+            1 | 3 => Duration::from_micros(1 + i % 50),
+            _ => Duration::from_micros(i % 2_000),
+        };
+        match self {
+            Lock::Exclusive(l) => l.lock_timeout(d).map(drop),
+            Lock::RwLock(l) if i % 3 == 1 => l.read_timeout(d).map(drop),
+            Lock::RwLock(l) => l.write_timeout(d).map(drop),
+        }
+    }
+}
+
+/// Polls until `stop`, expecting `Timeout` every time; the number of polls.
+fn poll_until(lock: &Lock, stop: impl Fn() -> bool) -> u64 {
+    let mut n = 0u64;
+    while !stop() {
+        match lock.poll(n) {
+            Err(Error::Timeout { .. }) => {}
+            other => panic!("poll {n} behind a holder: {other:?}"),
+        }
+        n += 1;
+    }
+    n
+}
+
+/// Where the pollers run.
+#[derive(Clone, Copy, Debug)]
+enum Pollers {
+    Threads,
+    Processes,
+}
+
+/// Holder, waiter, pollers; then the idle probe. Returns (polls, how long the probe took).
+fn storm(kind: Kind, slots: u32, pollers: Pollers, test: &str) -> (u64, Duration) {
+    let dir = TempDir::new(&format!("polling-{kind:?}-{slots}"));
+    let path = dir.join("lock");
+    let lock = Arc::new(Lock::open(kind, slots, &path));
+    let stop = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let lock = lock.clone();
+        let stop = stop.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            lock.with(None, || {
+                tx.send(()).unwrap();
+                while !stop.load(SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+            .expect("holder")
+        });
+        rx.recv().unwrap();
+        h
+    };
+    let waiter = {
+        let lock = lock.clone();
+        std::thread::spawn(move || lock.with(None, || {}).expect("waiter"))
+    };
+    common::wait_for_waiters(&path, 1, Duration::from_secs(10));
+    let polls = match pollers {
+        Pollers::Threads => {
+            let total = Arc::new(AtomicU64::new(0));
+            let until = Instant::now() + poll_for();
+            let threads: Vec<_> = (0..POLLERS)
+                .map(|_| {
+                    let (lock, total) = (lock.clone(), total.clone());
+                    std::thread::spawn(move || {
+                        let n = poll_until(&lock, || Instant::now() >= until);
+                        total.fetch_add(n, SeqCst);
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().expect("poller");
+            }
+            total.load(SeqCst)
+        }
+        Pollers::Processes => {
+            let gate_path = dir.join("gate");
+            let gate = Gate::create(&gate_path);
+            let mut workers: Vec<Worker> = (0..POLLERS)
+                .map(|i| {
+                    Worker::spawn(
+                        dir.path(),
+                        test,
+                        "poller",
+                        &format!("p{i}"),
+                        &[
+                            ("FL_LOCK", path.display().to_string()),
+                            ("FL_GATE", gate_path.display().to_string()),
+                            ("FL_KIND", format!("{kind:?}")),
+                            ("FL_SLOTS", slots.to_string()),
+                            (
+                                "FL_COUNT",
+                                dir.join(&format!("polls-{i}")).display().to_string(),
+                            ),
+                        ],
+                    )
+                })
+                .collect();
+            gate.open_when_arrived(POLLERS as u64, &mut workers);
+            wait_all(&mut workers, Duration::from_secs(60));
+            (0..POLLERS)
+                .map(|i| {
+                    let n = std::fs::read_to_string(dir.join(&format!("polls-{i}")));
+                    n.expect("a poller's count")
+                        .parse::<u64>()
+                        .expect("a count")
+                })
+                .sum()
+        }
+    };
+    stop.store(true, SeqCst);
+    holder.join().expect("holder");
+    waiter.join().expect("waiter");
+    let started = Instant::now();
+    lock.with(Some(Duration::from_secs(10)), || {})
+        .unwrap_or_else(|e| panic!("{kind:?}, {slots} slots, {pollers:?}: idle lock: {e}"));
+    (polls, started.elapsed())
+}
+
+/// A poller process: polls for `poll_for()` behind the parent's holder; writes its count.
+fn poller_process() {
+    let kind = match common::env("FL_KIND").as_str() {
+        "Exclusive" => Kind::Exclusive,
+        _ => Kind::RwLock,
+    };
+    let lock = Lock::open(
+        kind,
+        common::env_parse("FL_SLOTS"),
+        common::env("FL_LOCK").as_ref(),
+    );
+    let gate = Gate::open(common::env("FL_GATE").as_ref());
+    gate.arrive_and_wait();
+    let until = Instant::now() + poll_for();
+    let n = poll_until(&lock, || Instant::now() >= until);
+    std::fs::write(common::env("FL_COUNT"), n.to_string()).expect("write the count");
+}
+
+fn run(kind: Kind, pollers: Pollers, test: &str) {
+    if role().is_some() {
+        poller_process();
+        return;
+    }
+    for slots in [2, 16, 256] {
+        let (polls, took) = storm(kind, slots, pollers, test);
+        eprintln!(
+            "[polling] {kind:?}, {slots} slots, {pollers:?}: {polls} polls, idle lock taken in {took:?}"
+        );
+        assert!(
+            took < IDLE_WITHIN,
+            "{kind:?}, {slots} slots, {pollers:?}: the idle lock took {took:?} after {polls} polls"
+        );
+    }
+}
+
+#[test]
+fn polling_threads_never_stall_an_idle_exclusive_lock() {
+    run(
+        Kind::Exclusive,
+        Pollers::Threads,
+        "polling_threads_never_stall_an_idle_exclusive_lock",
+    );
+}
+
+#[test]
+fn polling_processes_never_stall_an_idle_exclusive_lock() {
+    run(
+        Kind::Exclusive,
+        Pollers::Processes,
+        "polling_processes_never_stall_an_idle_exclusive_lock",
+    );
+}
+
+#[test]
+fn polling_threads_never_stall_an_idle_rwlock() {
+    run(
+        Kind::RwLock,
+        Pollers::Threads,
+        "polling_threads_never_stall_an_idle_rwlock",
+    );
+}
+
+#[test]
+fn polling_processes_never_stall_an_idle_rwlock() {
+    run(
+        Kind::RwLock,
+        Pollers::Processes,
+        "polling_processes_never_stall_an_idle_rwlock",
+    );
+}
+
+/// Twenty threads of `lock_timeout` under 2 ms against two threads that lock and unlock in a
+/// loop: some polls win the lock, most time out; afterwards the idle lock is taken at once.
+#[test]
+fn twenty_short_timeouts_against_two_lockers() {
+    for slots in [2, 16] {
+        let dir = TempDir::new("polling-twenty");
+        let lock = Arc::new(
+            FairLock::options()
+                .slots(slots)
+                .open(dir.join("lock"))
+                .expect("open"),
+        );
+        let until = Instant::now() + poll_for();
+        let won = Arc::new(AtomicU64::new(0));
+        let mut threads = Vec::new();
+        for i in 0..22u64 {
+            let (lock, won) = (lock.clone(), won.clone());
+            threads.push(std::thread::spawn(move || {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    if i < 2 {
+                        let g = lock.lock().expect("locker");
+                        std::thread::sleep(Duration::from_micros(200));
+                        drop(g);
+                    } else {
+                        match lock.lock_timeout(Duration::from_micros((n * 37 + i * 101) % 2_000)) {
+                            Ok(g) => {
+                                won.fetch_add(1, SeqCst);
+                                drop(g);
+                            }
+                            Err(Error::Timeout { .. }) => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    n += 1;
+                }
+            }));
+        }
+        for t in threads {
+            t.join().expect("thread");
+        }
+        let started = Instant::now();
+        let g = lock
+            .lock_timeout(Duration::from_secs(10))
+            .expect("idle lock");
+        let took = started.elapsed();
+        drop(g);
+        eprintln!(
+            "[polling] 20 short timeouts against 2 lockers, {slots} slots: {} polls won, idle lock taken in {took:?}",
+            won.load(SeqCst)
+        );
+        assert!(
+            took < IDLE_WITHIN,
+            "{slots} slots: the idle lock took {took:?} ({} polls won)",
+            won.load(SeqCst)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// lock_interruptible
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_stopped_waiter_gives_its_place_up_and_the_next_is_served() {
+    let dir = TempDir::new("interrupt-flag");
+    let path = dir.join("l");
+    let lock = Arc::new(FairLock::open(&path).unwrap());
+    let holder = lock.lock().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (l2, s2) = (lock.clone(), stop.clone());
+    let interrupted = std::thread::spawn(move || {
+        let r = l2.lock_interruptible(None, || s2.load(SeqCst));
+        (
+            r.map(|g| g.token()).map_err(|e| e.to_string()),
+            Instant::now(),
+        )
+    });
+    wait_for_waiters(&path, 1, Duration::from_secs(10));
+    let l3 = lock.clone();
+    let behind = std::thread::spawn(move || l3.lock().map(|g| g.token()).unwrap());
+    wait_for_waiters(&path, 2, Duration::from_secs(10));
+
+    std::thread::sleep(Duration::from_millis(20));
+    let told = Instant::now();
+    stop.store(true, SeqCst);
+    let (r, at) = interrupted.join().unwrap();
+    let e = r.unwrap_err();
+    assert!(e.contains("interrupted"), "{e}");
+    // Asked at least every 50 ms; give the scheduler room.
+    assert!(at - told < Duration::from_millis(500), "{:?}", at - told);
+
+    // Its ticket was given up: the waiter behind is served as soon as the holder releases.
+    let token = holder.token();
+    drop(holder);
+    let next = behind.join().unwrap();
+    assert!(next > token);
+    assert!(fairlock::inspect(&path).unwrap().waiters.is_empty());
+}
+
+static SIGNALLED: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_usr1(_: libc::c_int) {
+    SIGNALLED.fetch_add(1, SeqCst);
+}
+
+/// A signal delivered to the waiting thread wakes it at once (`EINTR`): the hook sees the
+/// handler's flag long before the 50 ms poll. This is how a language runtime's Ctrl-C reaches
+/// a waiter (Python's handler sets a flag and the waiter asks for it).
+#[test]
+fn a_signal_to_the_waiting_thread_is_seen_at_once() {
+    let dir = TempDir::new("interrupt-signal");
+    let path = dir.join("l");
+    let lock = Arc::new(FairRLock::open(&path).unwrap());
+    // SAFETY: installs a handler that only touches an atomic; no SA_RESTART, so the futex wait
+    // returns EINTR.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_usr1 as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+    }
+    let holder = lock.lock().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let l2 = lock.clone();
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: pthread_self has no preconditions.
+        tx.send(unsafe { libc::pthread_self() }).unwrap();
+        let mut asked = 0u32;
+        let r = l2.lock_interruptible(None, || {
+            asked += 1;
+            SIGNALLED.load(SeqCst) > 0
+        });
+        (r.map(|_| ()), Instant::now(), asked)
+    });
+    let thread = rx.recv().unwrap();
+    wait_for_waiters(&path, 1, Duration::from_secs(10));
+    // Let it settle into its long sleep (past the spin of the next in line).
+    std::thread::sleep(Duration::from_millis(120));
+    let sent = Instant::now();
+    // SAFETY: the thread is alive (it is waiting; joined below).
+    assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
+    let (r, at, asked) = waiter.join().unwrap();
+    assert!(matches!(r, Err(Error::Interrupted { .. })), "{r:?}");
+    assert!(
+        at - sent < Duration::from_millis(40),
+        "{:?} after the signal ({asked} looks)",
+        at - sent
+    );
+    drop(holder);
+    // Nothing is left queued; the lock is free.
+    assert!(lock.try_lock().is_ok());
+}
+
+/// With a deadline as well: the deadline still applies, reported as a timeout.
+#[test]
+fn the_deadline_still_applies() {
+    let dir = TempDir::new("interrupt-deadline");
+    let path = dir.join("l");
+    let lock = FairLock::open(&path).unwrap();
+    let other = FairLock::open(&path).unwrap();
+    std::thread::scope(|s| {
+        let g = lock.lock().unwrap();
+        let r = s
+            .spawn(|| {
+                let start = Instant::now();
+                let r = other
+                    .lock_interruptible(Some(Instant::now() + Duration::from_millis(100)), || {
+                        false
+                    });
+                (r.map(|_| ()), start.elapsed())
+            })
+            .join()
+            .unwrap();
+        assert!(matches!(r.0, Err(Error::Timeout { .. })), "{:?}", r.0);
+        assert!(r.1 >= Duration::from_millis(100), "{:?}", r.1);
+        drop(g);
+    });
+    // Uncontended: granted without ever asking the hook.
+    let g = lock.lock_interruptible(None, || panic!("asked without waiting"));
+    assert!(g.is_ok());
+}
+
+/// A waiter whose interrupt hook panics gives its ticket up before the panic goes on (left
+/// published, it would be granted later, never claimed, and never passed while the process
+/// lives), so the lock is free once its holder releases. (The shared kinds' form is in
+/// `kinds.rs`.)
+#[test]
+fn a_panicking_interrupt_hook_gives_the_ticket_up_on_an_exclusive_lock() {
+    let dir = TempDir::new("interrupt-panicking-hook");
+    let path = dir.join("lock");
+    let lock = FairLock::open(&path).expect("open");
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (held_tx, held_rx) = mpsc::channel::<()>();
+    let p = path.clone();
+    let holder = std::thread::spawn(move || {
+        let l = FairLock::open(&p).expect("open");
+        let g = l.lock().expect("lock");
+        held_tx.send(()).unwrap();
+        let _ = go_rx.recv();
+        drop(g);
+    });
+    held_rx.recv().unwrap();
+    let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        lock.lock_interruptible(None, || panic!("hook panics"))
+            .map(|g| g.token())
+    }));
+    assert!(r.is_err(), "the hook's panic went on: {r:?}");
+    go_tx.send(()).unwrap();
+    holder.join().unwrap();
+    let again = std::thread::scope(|s| {
+        s.spawn(|| {
+            lock.lock_timeout(Duration::from_secs(2))
+                .map(|g| g.owner_died())
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(
+        matches!(again, Ok(false)),
+        "the lock after the panic: {again:?}"
+    );
 }

@@ -206,7 +206,8 @@ pub struct Worker {
 
 impl Worker {
     /// Spawns `current_exe() <test> --exact --nocapture --test-threads=1` with the role and
-    /// `envs`. The worker's stderr goes to a file in `dir`, shown if it fails.
+    /// `envs`. The worker's stderr goes to a file in `dir`, shown if it fails. Panics if this
+    /// binary has no test named `test` (its worker would run nothing and exit 0).
     pub fn spawn(
         dir: &Path,
         test: &str,
@@ -215,6 +216,7 @@ impl Worker {
         envs: &[(&str, String)],
     ) -> Worker {
         let exe = std::env::current_exe().expect("current_exe");
+        assert_test_exists(&exe, test);
         let stderr_path = dir.join(format!("worker-{name}.stderr"));
         let stderr = File::create(&stderr_path).expect("create worker stderr file");
         let mut cmd = Command::new(exe);
@@ -262,6 +264,33 @@ impl Worker {
             self.status = self.child.wait().ok();
         }
     }
+}
+
+/// Panics unless the test binary `exe` has a test named exactly `test`: a worker spawned for a
+/// name that matches no test runs nothing and exits 0, as if it had done its work. Asked once
+/// per name in each process.
+fn assert_test_exists(exe: &Path, test: &str) {
+    static KNOWN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if known.iter().any(|t| t == test) {
+        return;
+    }
+    let out = Command::new(exe)
+        .args([test, "--exact", "--list"])
+        .env_remove(ROLE)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .expect("list the tests of this binary");
+    let want = format!("{test}: test");
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l == want),
+        "no test named {test:?} in {}: a worker of it would run nothing",
+        exe.display()
+    );
+    known.push(test.to_string());
 }
 
 impl Drop for Worker {
