@@ -229,6 +229,20 @@ impl Worker {
         for (k, v) in envs {
             cmd.env(k, v);
         }
+        // A worker starts with the default action of the signals tests send it, whatever the
+        // test run inherited: a run started in the background by a non-interactive shell (or
+        // under `nohup`) ignores SIGINT, SIGQUIT or SIGHUP, and a worker killed with one of
+        // them would otherwise live on and hang its test.
+        // SAFETY: between fork and exec the closure only calls `signal`, which is
+        // async-signal-safe, and allocates nothing.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
         let child = cmd.spawn().expect("spawn worker");
         Worker {
             name: name.to_string(),
