@@ -116,6 +116,7 @@ pub use api::{
     fd_form::{FdGrant, FdMode, unlock_fd},
     guard::LockGuard,
     kind_guard::{RwLockReadGuard, RwLockWriteGuard, SemaphorePermit},
+    kind_options::{MutexOptions, RLockOptions, RwLockOptions, SemaphoreOptions},
     lock::{ArcLockGuard, FairLock},
     mutex::{ArcMutexGuard, FairMutex, MutexGuard},
     options::{DEFAULT_PARTICIPANTS, DEFAULT_SLOTS, Fairness, OpenOptions},
@@ -158,6 +159,17 @@ pub use api::{
 /// let l = std::sync::Arc::new(fairlock::FairLock::open("/tmp/x.lock").unwrap());
 /// let mut g = l.lock_arc().unwrap();
 /// let _: &mut fairlock::LockGuard<'static> = &mut *g;
+/// ```
+/// Each kind's builder opens that kind, never a plain lock:
+/// ```compile_fail
+/// let _: fairlock::FairLock = fairlock::FairRwLock::options().open("/tmp/x.lock").unwrap();
+/// ```
+/// ```compile_fail
+/// let _: fairlock::FairLock = fairlock::FairSemaphore::options().open("/tmp/x.lock").unwrap();
+/// ```
+/// A `FairMutex` takes no lease, and its builder has none:
+/// ```compile_fail
+/// let _ = fairlock::FairMutex::<u64>::options().lease(std::time::Duration::from_secs(1));
 /// ```
 /// The value cannot outlive its guard:
 /// ```compile_fail

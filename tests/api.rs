@@ -175,3 +175,55 @@ fn converts_into_io_error_with_a_matching_kind() {
         assert!(inner.is_some(), "the fairlock error is kept inside");
     }
 }
+
+/// Each kind's `options()` opens that kind, with the settings it takes: a reader/writer lock's
+/// builder gives a `FairRwLock` (its file then holds a reader/writer lock), a semaphore's a
+/// `FairSemaphore` of the permits asked, a mutex's a `FairMutex<T>`, a re-entrant lock's a
+/// `FairRLock`. (A builder that was a plain `OpenOptions` opened an exclusive lock from
+/// `FairRwLock::options().lease(..).open(p)`, and the file was then unusable as a
+/// reader/writer lock.)
+#[test]
+fn each_kind_s_builder_opens_that_kind() {
+    let dir = TempDir::new("kind-builders");
+    let rw: fairlock::FairRwLock = fairlock::FairRwLock::options()
+        .lease(Duration::from_secs(30))
+        .mode(0o640)
+        .open(dir.join("rw.lock"))
+        .expect("open rw");
+    let r1 = rw.read().expect("read");
+    // Readers hold together: another thread's read is granted at once.
+    std::thread::scope(|s| {
+        s.spawn(|| drop(rw.try_read().expect("a second reader")));
+    });
+    drop(r1);
+    assert_eq!(
+        fairlock::inspect(dir.join("rw.lock"))
+            .expect("inspect")
+            .kind,
+        fairlock::LockKind::RwLock
+    );
+    let sem: fairlock::FairSemaphore = fairlock::FairSemaphore::options()
+        .slots(8)
+        .open(dir.join("sem.lock"), 3)
+        .expect("open semaphore");
+    assert_eq!(sem.permits(), 3);
+    assert_eq!(
+        fairlock::inspect(dir.join("sem.lock"))
+            .expect("inspect")
+            .kind,
+        fairlock::LockKind::Semaphore { permits: 3 }
+    );
+    let m: fairlock::FairMutex<u64> = fairlock::FairMutex::options()
+        .fairness(fairlock::Fairness::Bounded(4))
+        .open(dir.join("m.lock"))
+        .expect("open mutex");
+    *m.lock().expect("lock") = 7;
+    assert_eq!(*m.lock().expect("lock"), 7);
+    let r: fairlock::FairRLock = fairlock::FairRLock::options()
+        .lease(Duration::from_secs(30))
+        .open(dir.join("r.lock"))
+        .expect("open rlock");
+    let outer = r.lock().expect("lock");
+    let inner = r.lock().expect("nested lock");
+    assert_eq!(outer.token(), inner.token());
+}

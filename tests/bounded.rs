@@ -124,7 +124,7 @@ fn processes_on_a_bounded_mutex_keep_token_order_and_the_bound() {
     let open = |path: &str| {
         FairMutex::<Books>::options()
             .fairness(Fairness::Bounded(K))
-            .open_mutex::<Books>(path)
+            .open(path)
     };
     if role().is_some() {
         let path = common::env("FL_LOCK");

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{Gate, Shm, TempDir, Worker, role, wait_all, wait_until};
-use fairlock::{Error, FairLock, FairMutex};
+use fairlock::{Error, FairLock, FairMutex, OpenOptions};
 
 const PROCS: usize = 4;
 const THREADS: usize = 2;
@@ -205,8 +205,9 @@ fn another_type_a_plain_lock_file_and_a_lease_are_refused() {
         matches!(&e, Error::DataMismatch { what, .. } if what.contains("no data area")),
         "{e:?}"
     );
-    // No leases: a taken-over holder would still hold `&mut T`.
-    let e = FairMutex::<u64>::options()
+    // No leases: a taken-over holder would still hold `&mut T`. `FairMutex::options()` has no
+    // `lease` at all; the general builder refuses one at open.
+    let e = OpenOptions::default()
         .lease(Duration::from_secs(5))
         .open_mutex::<u64>(&path)
         .map(drop)

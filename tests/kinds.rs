@@ -446,7 +446,7 @@ fn leases_work_for_readers_and_writers() {
     let path = dir.join("lock");
     let leased = FairRwLock::options()
         .lease(Duration::from_millis(150))
-        .open_rwlock(&path)
+        .open(&path)
         .expect("open");
     let r = leased.read().expect("read");
     assert_eq!(r.lease(), Some(Duration::from_millis(150)));
@@ -582,7 +582,7 @@ fn a_process_holds_several_leased_shares_each_with_its_own_lease() {
     let leased = |ms: u64| {
         FairRwLock::options()
             .lease(Duration::from_millis(ms))
-            .open_rwlock(&path)
+            .open(&path)
             .expect("open")
     };
     let a = leased(1000);
@@ -595,7 +595,7 @@ fn a_process_holds_several_leased_shares_each_with_its_own_lease() {
     let second = std::thread::spawn(move || {
         let b = FairRwLock::options()
             .lease(Duration::from_millis(300))
-            .open_rwlock(&p2)
+            .open(&p2)
             .expect("open");
         let r2 = b.read().expect("a second leased read of the process");
         tx.send(()).unwrap();
@@ -631,7 +631,7 @@ fn one_thread_holds_two_leased_permits() {
     let path = dir.join("sem");
     let sem = FairSemaphore::options()
         .lease(Duration::from_secs(30))
-        .open_semaphore(&path, 2)
+        .open(&path, 2)
         .expect("open");
     let a = sem.acquire().expect("first leased permit");
     let b = sem
@@ -716,10 +716,7 @@ fn a_dead_reader_does_not_stall_the_reader_on_its_slot() {
 fn a_write_behind_its_own_retaken_read_is_refused() {
     let dir = TempDir::new("kinds-reentry");
     let path = dir.join("rw");
-    let lock = FairRwLock::options()
-        .slots(4)
-        .open_rwlock(&path)
-        .expect("open");
+    let lock = FairRwLock::options().slots(4).open(&path).expect("open");
     let (hold_tx, hold_rx) = mpsc::channel::<()>();
     let (held_tx, held_rx) = mpsc::channel::<()>();
     let p = path.clone();
@@ -778,7 +775,7 @@ fn a_panicking_interrupt_hook_does_not_disable_leased_grants() {
     let path = dir.join("rw");
     let leased = FairRwLock::options()
         .lease(Duration::from_millis(200))
-        .open_rwlock(&path)
+        .open(&path)
         .expect("open leased");
     let (release, writer) = write_elsewhere(&path);
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {

@@ -86,7 +86,7 @@ fn nested_rlock_guards_all_report_a_lost_lease() {
     let path = dir.join("lock");
     let r = fairlock::FairRLock::options()
         .lease(Duration::from_millis(100))
-        .open_rlock(&path)
+        .open(&path)
         .expect("open");
     let outer = r.lock().expect("outer");
     let inner = r.lock().expect("inner");

@@ -197,7 +197,7 @@ fn nested_guard_takes_the_lease_of_the_outer_grant() {
     let path = dir.join("lock");
     let leased = FairRLock::options()
         .lease(Duration::from_secs(30))
-        .open_rlock(&path)
+        .open(&path)
         .expect("open leased");
     let plain = FairRLock::open(&path).expect("open plain");
     let outer = leased.lock().expect("outer");
@@ -332,7 +332,7 @@ fn a_relock_on_a_live_leased_grant_nests() {
     let path = dir.join("lock");
     let rl = FairRLock::options()
         .lease(Duration::from_secs(30))
-        .open_rlock(&path)
+        .open(&path)
         .expect("open");
     let outer = rl.lock().expect("outer");
     let inner = rl.lock().expect("nested");

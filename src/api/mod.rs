@@ -3,6 +3,7 @@
 pub mod fd_form;
 pub mod guard;
 pub mod kind_guard;
+pub mod kind_options;
 pub mod lock;
 pub mod mutex;
 pub mod options;

@@ -9,6 +9,7 @@ use std::ptr::NonNull;
 use bytemuck::Pod;
 
 use crate::api::guard::LockGuard;
+use crate::api::kind_options::MutexOptions;
 use crate::api::options::OpenOptions;
 use crate::core::state::DataShape;
 use crate::error::{Error, Result};
@@ -101,9 +102,10 @@ impl<T: Pod> FairMutex<T> {
         OpenOptions::default().open_mutex(path)
     }
 
-    /// A builder; finish with [`OpenOptions::open_mutex`].
-    pub fn options() -> OpenOptions {
-        OpenOptions::default()
+    /// A builder of this kind (its `open` opens a `FairMutex<T>`): file mode, geometry and the
+    /// other settings of [`OpenOptions`] that it takes (no lease).
+    pub fn options() -> MutexOptions<T> {
+        MutexOptions::default()
     }
 
     pub(crate) fn with_options(path: &Path, o: &OpenOptions) -> Result<FairMutex<T>> {

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use crate::FairLock;
 use crate::api::guard::LockGuard;
+use crate::api::kind_options::RLockOptions;
 use crate::api::options::OpenOptions;
 use crate::error::Result;
 use crate::raw::acquire::Mode;
@@ -58,9 +59,10 @@ impl FairRLock {
         OpenOptions::default().open_rlock(path)
     }
 
-    /// A builder; finish with [`OpenOptions::open_rlock`].
-    pub fn options() -> OpenOptions {
-        OpenOptions::default()
+    /// A builder of this kind (its `open` opens a `FairRLock`): lease, file mode, geometry and
+    /// the other settings of [`OpenOptions`] that it takes.
+    pub fn options() -> RLockOptions {
+        RLockOptions::default()
     }
 
     /// The lock file's path.

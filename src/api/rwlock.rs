@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use crate::api::kind_guard::{RwLockReadGuard, RwLockWriteGuard};
+use crate::api::kind_options::RwLockOptions;
 use crate::api::options::OpenOptions;
 use crate::error::Result;
 use crate::raw::acquire::Mode;
@@ -69,9 +70,10 @@ impl FairRwLock {
         OpenOptions::default().open_rwlock(path)
     }
 
-    /// A builder; finish with [`OpenOptions::open_rwlock`].
-    pub fn options() -> OpenOptions {
-        OpenOptions::default()
+    /// A builder of this kind (its `open` opens a `FairRwLock`): lease, file mode, geometry and
+    /// the other settings of [`OpenOptions`] that it takes.
+    pub fn options() -> RwLockOptions {
+        RwLockOptions::default()
     }
 
     /// The lock file's path.

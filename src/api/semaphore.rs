@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use crate::api::kind_guard::SemaphorePermit;
+use crate::api::kind_options::SemaphoreOptions;
 use crate::api::options::OpenOptions;
 use crate::error::Result;
 use crate::raw::acquire::Mode;
@@ -62,9 +63,10 @@ impl FairSemaphore {
         OpenOptions::default().open_semaphore(path, permits)
     }
 
-    /// A builder; finish with [`OpenOptions::open_semaphore`].
-    pub fn options() -> OpenOptions {
-        OpenOptions::default()
+    /// A builder of this kind (its `open` opens a `FairSemaphore`): lease, file mode, geometry and
+    /// the other settings of [`OpenOptions`] that it takes.
+    pub fn options() -> SemaphoreOptions {
+        SemaphoreOptions::default()
     }
 
     /// The semaphore file's path.
