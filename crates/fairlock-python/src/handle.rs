@@ -205,9 +205,10 @@ impl Grant<'_> {
 }
 
 /// A grant that owns its lock: the library's [`LockGuard`] and the `Arc<Handle>` it borrows
-/// from. The library's own owned guard, `ArcLockGuard`, comes from `FairLock::lock_arc` and
-/// `try_lock_arc` only; a grant of `lock_interruptible`, or of a `FairRLock`, has no owned form
-/// there, hence this one.
+/// from. The library's owned guards (`ArcLockGuard` and the others) come from the `*_arc`
+/// methods, which wait without an interrupt hook; a grant of `lock_interruptible` (which the
+/// binding uses, so that `KeyboardInterrupt` stops a wait) has no owned form there, hence this
+/// one, over whichever kind the handle is.
 ///
 /// Not `Send` (the guard is not): it stays on the thread that acquired, in `held.rs`'s table.
 pub(crate) struct OwnedGuard {
