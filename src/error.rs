@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong with a fair lock.
 ///
-/// Every variant that concerns a lock file names it (`path`). `Display` states the problem
-/// once; the operating-system error behind [`Error::Io`] is its [`source`](std::error::Error::source),
-/// not part of its message, so error reporters that print the chain (`anyhow`'s `{:#}`, the
-/// `fairlock` command) print each cause once. An [`Error`] converts into an [`io::Error`]
-/// (with a matching [`io::ErrorKind`]) for code that speaks `io::Result`.
+/// Every variant that concerns a lock file names it (`path`). `Display` says what failed and
+/// why, once, as `std::io::Error`'s does: for [`Error::Io`] the operating system's reason
+/// ("…: open failed: No such file or directory"). So `{}` shows the reason, and reporters that
+/// print the chain (`anyhow`'s `{:#}`, the `fairlock` command) show it once: no error has a
+/// [`source`](std::error::Error::source). The `io::Error` itself is [`Error::Io`]'s `source`
+/// field. An [`Error`] converts into an [`io::Error`] (with a matching [`io::ErrorKind`]) for
+/// code that speaks `io::Result`.
 ///
 /// The variants for bad files ([`Error::Corrupt`], [`Error::Incompatible`],
 /// [`Error::NotALockFile`], [`Error::DataMismatch`]) guarantee that the file was not modified.
@@ -329,12 +331,11 @@ impl fmt::Display for Error {
                 path.display()
             ),
             Error::InvalidOption { what } => write!(f, "invalid option: {what}"),
-            // The io error itself is `source()`: printed by whoever prints the chain.
-            Error::Io { path, op, .. } => {
+            Error::Io { path, op, source } => {
                 if path.as_os_str().is_empty() {
-                    write!(f, "{op} failed")
+                    write!(f, "{op} failed: {source}")
                 } else {
-                    write!(f, "{}: {op} failed", path.display())
+                    write!(f, "{}: {op} failed: {source}", path.display())
                 }
             }
         }
@@ -342,17 +343,16 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {
+    /// None: the message already says the OS reason (once), as `std::io::Error`'s does; the
+    /// `io::Error` itself is the `source` field of [`Error::Io`] (and [`Error::kind`] its kind).
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Io { source, .. } => Some(source),
-            _ => None,
-        }
+        None
     }
 }
 
 /// For code that speaks `io::Result`: the kind is [`Error::kind`], and the [`Error`] itself is
-/// kept inside (`io::Error::get_ref` / `into_inner` and a downcast give it back; the io cause
-/// of [`Error::Io`] stays reachable through `source()`).
+/// kept inside (`io::Error::get_ref` / `into_inner` and a downcast give it back, with the io
+/// cause of [`Error::Io`] in its `source` field).
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
         io::Error::new(e.kind(), e)

@@ -37,8 +37,8 @@
 //!   [`FairLock::lock_arc`]), [`MutexGuard`] (derefs to the value).
 //! * [`OpenOptions`] — leases, file mode, geometry; [`inspect`] and [`Status`] — holder and
 //!   queue, read without disturbing them.
-//! * [`Error`] — one error type; every variant about a file names it, `Display` says the
-//!   problem once and the OS error is its `source()`; it converts into [`std::io::Error`].
+//! * [`Error`] — one error type; every variant about a file names it, `Display` says what
+//!   failed and why (the OS reason included) once; it converts into [`std::io::Error`].
 //!
 //! [`LockGuard::owner_died`] mirrors `EOWNERDEAD` and means either that the previous holder
 //! died *or* that its lease was taken over; [`LockGuard::check`] and [`LockGuard::unlock`]

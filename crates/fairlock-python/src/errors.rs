@@ -45,11 +45,8 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::Interrupted { .. } => Some(libc::EINTR),
         _ => None,
     };
-    // `Display` says the problem once and leaves the OS error to `source()`: append it.
-    let message = match std::error::Error::source(&e) {
-        Some(cause) => format!("{e}: {cause}"),
-        None => e.to_string(),
-    };
+    // `Display` says what failed and why, the OS reason included, once.
+    let message = e.to_string();
     let filename = e.path().map(|p| p.as_os_str().to_owned());
     raise(py, class, errno, &message, filename)
 }
