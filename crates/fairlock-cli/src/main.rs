@@ -149,13 +149,45 @@ fn usage_error(e: &clap::Error) -> ExitCode {
             ExitCode::from(exit::USAGE)
         }
         _ => {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            let hint = flock_habit_hint(e.kind(), &args)
+                .map(|h| format!("; {h}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 std::io::stderr(),
-                "fairlock: {}",
+                "fairlock: {}{hint}",
                 one_line(&e.render().to_string())
             );
             ExitCode::from(exit::USAGE)
         }
+    }
+}
+
+/// What to type instead, for a command line written as for flock(1): `flock FILE CMD...`
+/// (fairlock takes a subcommand first), `flock -u FD` (fairlock unlocks with a subcommand).
+fn flock_habit_hint(kind: clap::error::ErrorKind, args: &[String]) -> Option<String> {
+    use clap::error::ErrorKind;
+    let first = args.first()?;
+    match kind {
+        ErrorKind::InvalidSubcommand | ErrorKind::UnknownArgument
+            if first == "-u" || first == "--unlock" =>
+        {
+            let fd = args.get(1).map_or("FD", String::as_str);
+            Some(format!("did you mean `fairlock unlock {fd}`?"))
+        }
+        ErrorKind::InvalidSubcommand if !first.starts_with('-') => {
+            let rest = args[1..].join(" ");
+            let cmd = if rest.is_empty() {
+                "CMD..."
+            } else {
+                rest.as_str()
+            };
+            Some(format!(
+                "did you mean `fairlock run {first} -- {cmd}`? (flock(1) takes the file first; \
+                 fairlock takes a subcommand: run, lock, unlock, status, demo)"
+            ))
+        }
+        _ => None,
     }
 }
 

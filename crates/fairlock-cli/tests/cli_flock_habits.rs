@@ -369,3 +369,40 @@ fn status_says_a_dead_holder_is_dead() {
     );
     assert!(dead.contains("\"alive\":false"), "{dead}");
 }
+
+/// Command lines written as for flock(1) get a hint of what to type: `fairlock FILE CMD...`
+/// (flock takes the file first) names `fairlock run FILE -- CMD...`, and `fairlock -u FD`
+/// names `fairlock unlock FD`; both are usage errors (64), one line each.
+#[test]
+fn flock_style_command_lines_get_a_hint() {
+    let d = TempDir::new("habits-hints");
+    let file = d.join("l");
+    let file = file.to_str().expect("utf-8 path");
+    let o = Command::new(BIN)
+        .args([file, "echo", "hi"])
+        .output()
+        .expect("run fairlock");
+    assert_eq!(o.status.code(), Some(64), "{}", err(&o));
+    assert!(
+        err(&o).contains(&format!("did you mean `fairlock run {file} -- echo hi`?")),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(err(&o).lines().count(), 1, "{}", err(&o));
+    assert!(
+        !d.join("l").exists(),
+        "no lock file is made by a usage error"
+    );
+    for flag in ["-u", "--unlock"] {
+        let o = Command::new(BIN)
+            .args([flag, "9"])
+            .output()
+            .expect("run fairlock");
+        assert_eq!(o.status.code(), Some(64), "{}", err(&o));
+        assert!(
+            err(&o).contains("did you mean `fairlock unlock 9`?"),
+            "{flag}: {}",
+            err(&o)
+        );
+    }
+}
