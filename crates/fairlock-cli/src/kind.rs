@@ -89,6 +89,30 @@ pub fn open(a: &RunArgs, opts: &OpenOptions, path: &Path) -> Result<Lock> {
     }
 }
 
+/// For a run without `--permits` refused by a semaphore file: the `--permits` it takes, as
+/// `fairlock run` would need it (`take a permit with --permits 3`). `None` otherwise.
+pub fn permits_hint(a: &RunArgs, path: &Path, e: &fairlock::Error) -> Option<String> {
+    if a.permits.is_some() || !matches!(e, fairlock::Error::KindMismatch { .. }) {
+        return None;
+    }
+    let st = fairlock::inspect(path).ok()?;
+    let kind = match &a.name {
+        Some(name) => {
+            st.names
+                .into_iter()
+                .find(|n| n.name.as_ref() == Some(name))?
+                .kind
+        }
+        None => st.kind,
+    };
+    match kind {
+        LockKind::Semaphore { permits } => Some(format!(
+            "to take one of its permits: fairlock run --permits {permits} ..."
+        )),
+        _ => None,
+    }
+}
+
 impl Lock {
     /// Waits in line.
     pub fn lock(&self) -> Result<Held<'_>> {

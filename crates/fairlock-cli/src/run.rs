@@ -37,7 +37,13 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
         Err(Error::InitLocked { .. }) => {
             return Err(a.conflict("is not initialised yet and another process holds its flock"));
         }
-        Err(e) => return Err(Failure::open(path, &e)),
+        Err(e) => {
+            let mut f = Failure::open(path, &e);
+            if let Some(hint) = kind::permits_hint(a, path, &e) {
+                f.message = format!("{}; {hint}", f.message);
+            }
+            return Err(f);
+        }
     };
     let remaining = budget.map(|b| b.saturating_sub(started.elapsed()));
     let guard = acquire(&lock, a, remaining)?;

@@ -406,3 +406,32 @@ fn flock_style_command_lines_get_a_hint() {
         );
     }
 }
+
+/// A semaphore file run without `--permits` is refused (65) with a line that says which
+/// `--permits` takes one of its permits, for `-s` too.
+#[test]
+fn a_semaphore_run_without_permits_is_told_its_permits() {
+    let d = TempDir::new("habits-permits");
+    let file = d.join("sem");
+    let file = file.to_str().expect("utf-8 path");
+    let o = Command::new(BIN)
+        .args(["run", "--permits", "3", file, "true"])
+        .output()
+        .expect("run fairlock");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    for flags in [&[][..], &["-s"][..], &["-x"][..]] {
+        let o = Command::new(BIN)
+            .arg("run")
+            .args(flags)
+            .args([file, "true"])
+            .output()
+            .expect("run fairlock");
+        assert_eq!(o.status.code(), Some(65), "{flags:?}: {}", err(&o));
+        assert!(
+            err(&o).contains("fairlock run --permits 3"),
+            "{flags:?}: {}",
+            err(&o)
+        );
+        assert_eq!(err(&o).lines().count(), 1, "{}", err(&o));
+    }
+}
