@@ -67,7 +67,12 @@ pub struct RunArgs {
     /// Run SHELL_COMMAND with `/bin/sh -c` instead of COMMAND.
     #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND")]
     pub shell: Option<OsString>,
-    /// The lock file, created (mode 0600) if missing; or a lock on etcd,
+    /// Permission bits of a lock file this run creates, in octal (default 600: the user's
+    /// own; 660 or 666 to share it with a group or everyone), before the umask. Whoever
+    /// uses the lock needs write access to the file: the lock's state lives in it.
+    #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
+    pub mode: Option<u32>,
+    /// The lock file, created (mode 0600, see --mode) if missing; or a lock on etcd,
     /// etcd://HOST:PORT[,HOST:PORT...]/NAME (a build with the `etcd` feature).
     #[arg(value_name = "LOCKFILE")]
     pub lockfile: PathBuf,
@@ -160,5 +165,16 @@ impl RunArgs {
         } else {
             Failure::silent(self.conflict_exit_code)
         }
+    }
+}
+
+/// `--mode`: permission bits in octal (`600`, `0660`, `0o644`), at most `7777`.
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    match u32::from_str_radix(digits, 8) {
+        Ok(m) if m <= 0o7777 => Ok(m),
+        _ => Err(format!(
+            "{s:?}: permission bits in octal, such as 600, 660 or 644"
+        )),
     }
 }

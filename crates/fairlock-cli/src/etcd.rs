@@ -89,6 +89,12 @@ pub fn run(a: &RunArgs, address: &str) -> Result<u8, Failure> {
             format!("{address}: etcd locks are exclusive: -s and --permits need a lock file"),
         ));
     }
+    if a.mode.is_some() {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("{address}: --mode is the permission bits of a lock file; etcd has none"),
+        ));
+    }
     let started = Instant::now();
     if let Some(l) = a.lease
         && (l.subsec_nanos() != 0 || l.is_zero())

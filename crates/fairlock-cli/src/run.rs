@@ -29,6 +29,9 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
     if let Some(lease) = a.lease {
         opts.lease(lease);
     }
+    if let Some(mode) = a.mode {
+        opts.mode(mode);
+    }
     if let Some(b) = budget {
         opts.init_timeout(b);
     }

@@ -435,3 +435,56 @@ fn a_semaphore_run_without_permits_is_told_its_permits() {
         assert_eq!(err(&o).lines().count(), 1, "{}", err(&o));
     }
 }
+
+/// `--mode` sets the permission bits of a lock file the run creates (a file to share with a
+/// group: 660), and leaves an existing file's alone; a value that is not octal permission
+/// bits is a usage error (64). Without it a new file is the user's own (600).
+#[test]
+fn mode_sets_the_permission_bits_of_a_new_lock_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = TempDir::new("habits-mode");
+    let mode_of = |name: &str| {
+        std::fs::metadata(d.join(name))
+            .expect("lock file")
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("run")
+            .args(args)
+            .output()
+            .expect("run fairlock")
+    };
+    let shared = d.join("shared");
+    let shared = shared.to_str().expect("utf-8 path");
+    // The umask may clear bits: compare with what it leaves of 0660.
+    let umask = {
+        // SAFETY: umask has no preconditions; it is set back at once.
+        let old = unsafe { libc::umask(0o022) };
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        old as u32
+    };
+    let o = run(&["--mode", "660", shared, "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(mode_of("shared"), 0o660 & !umask);
+    let o = run(&["--mode", "0o600", shared, "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(
+        mode_of("shared"),
+        0o660 & !umask,
+        "an existing file keeps its mode"
+    );
+    let own = d.join("own");
+    let own = own.to_str().expect("utf-8 path");
+    let o = run(&[own, "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(mode_of("own"), 0o600 & !umask);
+    for bad in ["9", "rw-r--r--", "17777"] {
+        let o = run(&["--mode", bad, own, "true"]);
+        assert_eq!(o.status.code(), Some(64), "{bad}: {}", err(&o));
+        assert!(err(&o).contains("octal"), "{bad}: {}", err(&o));
+    }
+}
