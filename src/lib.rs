@@ -120,6 +120,7 @@ pub use api::{
     lock::{ArcLockGuard, FairLock},
     mutex::{ArcMutexGuard, FairMutex, MutexGuard},
     options::{DEFAULT_PARTICIPANTS, DEFAULT_SLOTS, Fairness, OpenOptions},
+    process_guard::ProcessGuard,
     rlock::{ArcRLockGuard, FairRLock},
     rwlock::{ArcRwLockReadGuard, ArcRwLockWriteGuard, FairRwLock},
     semaphore::{ArcSemaphorePermit, FairSemaphore},

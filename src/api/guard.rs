@@ -33,7 +33,9 @@ pub struct LockGuard<'a> {
     ticket: u64,
     /// The grant's lease (see [`LockGuard::lease`]); `None` without one.
     lease_ms: Option<NonZeroU64>,
-    /// The thread that made this guard (and, as the guard is not `Send`, drops it).
+    /// The thread that made this guard (and, as the guard is not `Send`, drops it); 0 for a
+    /// process's grant (inside a [`ProcessGuard`](crate::ProcessGuard), which any thread may
+    /// drop): no grant recorded in `Hold` has thread id 0.
     tid: u32,
     /// The grant's flags as [`Grant::pack`] packs them: died, fast (granted by the lock word:
     /// released by a CAS on it, not through a slot) and, in a file with a bypass bound, a
@@ -182,15 +184,20 @@ impl<'a> LockGuard<'a> {
     pub fn stamp_time(&self) {
         // Only while the grant is ours: a lost grant's slot may belong to a later ticket.
         if self.check().is_ok() {
+            // A process's grant (thread id 0) is stamped with the thread that stamps it.
+            let tid = match self.tid {
+                0 => crate::sys::thread::current_tid(),
+                tid => tid,
+            };
             let st = self.shared.state();
             if self.fast() {
-                core::queue::claim::stamp_fast(&st, &self.shared.platform(), self.ticket, self.tid);
+                core::queue::claim::stamp_fast(&st, &self.shared.platform(), self.ticket, tid);
             } else {
                 core::queue::claim::stamp_holder(
                     &st,
                     &self.shared.platform(),
                     self.ticket,
-                    self.tid,
+                    tid,
                 );
             }
         }
@@ -229,7 +236,7 @@ impl<'a> LockGuard<'a> {
             return self.release_leased_level();
         }
         // Relaxed: `owner`/`depth` are only written by the holding thread, which is us.
-        if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
+        if self.in_hold(sh) {
             let depth = sh.hold.depth.load(Relaxed);
             // A nested level, or the poison mark a nested guard left: out of line.
             if depth != 1 {
@@ -310,7 +317,7 @@ impl<'a> LockGuard<'a> {
             return self.give_up_as_dead();
         }
         // Relaxed: as in `release`.
-        if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
+        if self.in_hold(sh) {
             let depth = sh.hold.depth.load(Relaxed);
             if depth & !POISONED > 1 {
                 sh.hold.depth.store((depth - 1) | POISONED, Relaxed);
@@ -329,7 +336,7 @@ impl<'a> LockGuard<'a> {
             thread_leases::set_depth(sh, self.ticket, |_| 0);
         }
         // Relaxed: as in `release`. Before the revocation, as for a release.
-        if sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket) {
+        if self.in_hold(sh) {
             sh.hold.depth.store(0, Relaxed);
             sh.hold.owner.store(0, Relaxed);
         }
@@ -364,6 +371,15 @@ impl<'a> LockGuard<'a> {
 }
 
 impl LockGuard<'_> {
+    /// Whether `Hold` records this guard's grant as its thread's. Never for a process's grant
+    /// (thread id 0): its key `owner_key(0, ticket)` is 0 for ticket 0 (and every multiple of
+    /// 2^32), which is also `Hold`'s "nobody".
+    #[inline(always)]
+    fn in_hold(&self, sh: &Shared) -> bool {
+        // Relaxed: `owner` is only written by the holding thread, which is us if it names us.
+        self.tid != 0 && sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket)
+    }
+
     /// The error for a grant that is no longer ours.
     #[cold]
     fn lost(&self) -> Error {

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::raw::acquire::Mode;
 use crate::raw::handle::RawLock;
 use crate::raw::owned_guard::arc_guard;
-use crate::raw::surface::acquire_surface;
+use crate::raw::surface::{acquire_surface, process_surface};
 
 /// A strictly fair (first come, first served) lock shared by threads and processes through a
 /// memory-mapped lock file.
@@ -77,6 +77,12 @@ impl FairLock {
             lock, try_lock, lock_timeout, lock_until, lock_interruptible,
             lock_arc, try_lock_arc, lock_arc_timeout,
         ],
+    }
+
+    process_surface! {
+        what: "the lock",
+        mode: Mode::Exclusive,
+        names: [lock_process, try_lock_process, lock_process_timeout, lock_process_interruptible],
     }
 }
 

@@ -7,6 +7,7 @@ pub mod kind_options;
 pub mod lock;
 pub mod mutex;
 pub mod options;
+pub mod process_guard;
 pub mod rlock;
 pub mod rwlock;
 pub mod semaphore;

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::raw::acquire::Mode;
 use crate::raw::handle::RawLock;
 use crate::raw::owned_guard::arc_guard;
-use crate::raw::surface::acquire_surface;
+use crate::raw::surface::{acquire_surface, process_surface};
 
 /// A strictly fair reader/writer lock shared by threads and processes through a lock file.
 ///
@@ -100,6 +100,20 @@ impl FairRwLock {
         names: [
             write, try_write, write_timeout, write_until, write_interruptible,
             write_arc, try_write_arc, write_arc_timeout,
+        ],
+    }
+
+    process_surface! {
+        what: "a read (shared) grant",
+        mode: Mode::Shared,
+        names: [read_process, try_read_process, read_process_timeout, read_process_interruptible],
+    }
+
+    process_surface! {
+        what: "a write (exclusive) grant",
+        mode: Mode::Whole,
+        names: [
+            write_process, try_write_process, write_process_timeout, write_process_interruptible,
         ],
     }
 }

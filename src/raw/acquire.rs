@@ -175,28 +175,33 @@ impl RawLock {
         deadline: Option<u64>,
         stop: Option<&mut dyn FnMut() -> bool>,
     ) -> Result<Grant> {
-        let me = self.me(sh, tid);
+        self.queue(sh, &self.me(sh, tid), deadline, stop)
+    }
+
+    /// Waits in line as `me` (the uncontended attempt first, for the exclusive kind) until
+    /// granted, `deadline` or `stop()`; a panic in `stop` gives the ticket up, releases a grant
+    /// that raced it, and goes on.
+    fn queue(
+        &self,
+        sh: &Shared,
+        me: &Me,
+        deadline: Option<u64>,
+        stop: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<Grant> {
+        let st = sh.state();
         let mut panicked = None;
         let mut hook = stop.map(|f| guarded_hook(f, &mut panicked));
         let watch = match hook.as_mut() {
             Some(h) => core::Watch::interruptible(h),
             None => core::Watch::default(),
         };
-        let r = core::lock_watched(
-            &sh.state(),
-            &sh.platform(),
-            &me,
-            deadline,
-            &self.tuning,
-            None,
-            watch,
-        );
+        let r = core::lock_watched(&st, &sh.platform(), me, deadline, &self.tuning, None, watch);
         drop(hook);
         if let Some(payload) = panicked {
             // The hook panicked: its ticket was given up as for a `true`; a grant that raced
             // it is released before the panic goes on.
             if let Ok(g) = r {
-                let _ = core::release(&sh.state(), &sh.platform(), &g, sh.participant);
+                let _ = core::release(&st, &sh.platform(), &g, sh.participant);
             }
             std::panic::resume_unwind(payload);
         }
@@ -235,7 +240,6 @@ impl RawLock {
     ) -> Result<LockGuard<'_>> {
         let sh = self.shared()?;
         let tid = thread::current_tid();
-        let st = sh.state();
         self.refuse_reentry(sh, tid)?;
         // No beacon: a share may be released by another thread (a permit is `Send`).
         let me = Me {
@@ -243,30 +247,7 @@ impl RawLock {
             beacon: 0,
             ..self.me(sh, tid)
         };
-        let mut panicked = None;
-        let mut hook = stop.map(|f| guarded_hook(f, &mut panicked));
-        let watch = match hook.as_mut() {
-            Some(h) => core::Watch::interruptible(h),
-            None => core::Watch::default(),
-        };
-        let r = core::lock_watched(
-            &st,
-            &sh.platform(),
-            &me,
-            deadline,
-            &self.tuning,
-            None,
-            watch,
-        );
-        drop(hook);
-        if let Some(payload) = panicked {
-            // As in `contended`: the ticket was given up, a racing grant is released.
-            if let Ok(g) = r {
-                let _ = core::release(&st, &sh.platform(), &g, sh.participant);
-            }
-            std::panic::resume_unwind(payload);
-        }
-        let g = r.map_err(|e| wait_error(sh, e))?;
+        let g = self.queue(sh, &me, deadline, stop)?;
         Ok(LockGuard::new(sh, g, tid, self.lease_ms))
     }
 
@@ -288,6 +269,34 @@ impl RawLock {
                 path: sh.path.clone(),
             }),
         }
+    }
+
+    /// Acquires as `mode` asks (not `Reentrant`: re-entry is a thread's) for the process
+    /// rather than the calling thread: the grant of a [`ProcessGuard`](crate::ProcessGuard).
+    /// It is recorded in no per-thread structure (neither `Hold` nor `thread_leases`), publishes
+    /// no thread beacon (its liveness is the process's) and is made with thread id 0, which no
+    /// recorded grant has: any thread may release it, and a thread's exit leaves it alone. A
+    /// thread that holds the lock already, either way, is not refused: it waits in line behind
+    /// its own grant, as with `threading.Lock` (until another thread releases that grant).
+    pub(crate) fn acquire_for_process(&self, mode: Mode, wait: Wait<'_>) -> Result<LockGuard<'_>> {
+        let sh = self.shared()?;
+        let me = Me {
+            shared: mode == Mode::Shared,
+            beacon: 0,
+            ..self.me(sh, thread::current_tid())
+        };
+        let st = sh.state();
+        let g = match wait {
+            Wait::Now => {
+                let r = core::try_lock(&st, &sh.platform(), &me, &self.tuning);
+                r.map_err(|e| wait_error(sh, e))?
+                    .ok_or_else(|| Error::WouldBlock {
+                        path: sh.path.clone(),
+                    })?
+            }
+            Wait::Until(deadline, stop) => self.queue(sh, &me, deadline, stop)?,
+        };
+        Ok(LockGuard::new(sh, g, 0, self.lease_ms))
     }
 
     /// A thread that holds a reader/writer lock (either way) and asks for it again would wait

@@ -165,6 +165,18 @@ impl RawLock {
         Ok(unsafe { &*p })
     }
 
+    /// The view `sh` (one of this handle's, from [`RawLock::shared`]) as an `Arc`, for a grant
+    /// that outlives the borrow of the handle (a [`ProcessGuard`](crate::ProcessGuard)).
+    pub(crate) fn view_arc(&self, sh: &Shared) -> Arc<Shared> {
+        let _fork = ForkGuard::lock();
+        let views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        let v = views
+            .iter()
+            .find(|v| std::ptr::eq(Arc::as_ptr(v), sh))
+            .expect("every view a handle hands out is in its list of views");
+        Arc::clone(v)
+    }
+
     /// Our current view if `views` has one (then made `current`), else the path to reopen.
     fn current_view(&self) -> std::result::Result<&Shared, PathBuf> {
         let _fork = ForkGuard::lock();

@@ -134,3 +134,73 @@ macro_rules! acquire_surface {
     };
 }
 pub(crate) use acquire_surface;
+
+/// Generates the four acquire methods of one way of holding a handle for the **process**
+/// (a [`ProcessGuard`](crate::ProcessGuard): `Send`, released by any thread, kept when its
+/// thread exits): wait, try, timeout, and interruptible with a deadline.
+macro_rules! process_surface {
+    (
+        what: $what:literal,
+        mode: $mode:expr,
+        names: [
+            $lock:ident, $try_lock:ident, $lock_timeout:ident, $lock_interruptible:ident $(,)?
+        ] $(,)?
+    ) => {
+        #[doc = concat!("Waits in line for ", $what, " for this process rather than the calling thread:")]
+        /// the [`ProcessGuard`](crate::ProcessGuard) is `Send`, any thread may release it, and
+        /// its thread's exit leaves it held. A thread that holds the lock already is not
+        /// refused: it waits behind its own grant, as with `threading.Lock`.
+        ///
+        /// # Errors
+        /// [`Error::Corrupt`](crate::Error::Corrupt) if the shared state is damaged.
+        pub fn $lock(&self) -> $crate::Result<$crate::ProcessGuard> {
+            let r = self.raw.acquire_for_process($mode, $crate::raw::acquire::Wait::Until(None, None));
+            $crate::ProcessGuard::from_raw(&self.raw, r)
+        }
+
+        #[doc = concat!("Like [`", stringify!($lock), "`](Self::", stringify!($lock), "), only if it is granted at once: never jumping the queue.")]
+        ///
+        /// # Errors
+        /// [`Error::WouldBlock`](crate::Error::WouldBlock) if it is not.
+        pub fn $try_lock(&self) -> $crate::Result<$crate::ProcessGuard> {
+            let r = self.raw.acquire_for_process($mode, $crate::raw::acquire::Wait::Now);
+            $crate::ProcessGuard::from_raw(&self.raw, r)
+        }
+
+        #[doc = concat!("Like [`", stringify!($lock), "`](Self::", stringify!($lock), "), for at most `timeout` (giving the place up after it).")]
+        ///
+        /// # Errors
+        /// [`Error::Timeout`](crate::Error::Timeout).
+        pub fn $lock_timeout(
+            &self,
+            timeout: std::time::Duration,
+        ) -> $crate::Result<$crate::ProcessGuard> {
+            let deadline = $crate::raw::acquire::deadline_after(timeout);
+            let r = self.raw.acquire_for_process(
+                $mode,
+                $crate::raw::acquire::Wait::Until(Some(deadline), None),
+            );
+            $crate::ProcessGuard::from_raw(&self.raw, r)
+        }
+
+        #[doc = concat!("Like [`", stringify!($lock), "`](Self::", stringify!($lock), "), until `deadline` if any, giving the place up as soon as")]
+        /// `stop()` returns true (as the thread's `_interruptible` form).
+        ///
+        /// # Errors
+        /// [`Error::Interrupted`](crate::Error::Interrupted) once `stop()` said so;
+        /// [`Error::Timeout`](crate::Error::Timeout) at the deadline.
+        pub fn $lock_interruptible(
+            &self,
+            deadline: Option<std::time::Instant>,
+            mut stop: impl FnMut() -> bool,
+        ) -> $crate::Result<$crate::ProcessGuard> {
+            let deadline = deadline.map($crate::raw::acquire::deadline_at);
+            let r = self.raw.acquire_for_process(
+                $mode,
+                $crate::raw::acquire::Wait::Until(deadline, Some(&mut stop)),
+            );
+            $crate::ProcessGuard::from_raw(&self.raw, r)
+        }
+    };
+}
+pub(crate) use process_surface;
