@@ -25,7 +25,15 @@ echo "== python: pip install ./python (maturin build of crates/fairlock-python)"
 "$py" -c 'import fairlock; print("fairlock", fairlock.__version__, "from", fairlock.__file__)'
 echo "== python: the type stubs match the module (mypy.stubtest)"
 (cd "$venv" && "$py" -m mypy.stubtest fairlock) # in the venv: its .mypy_cache goes there
-echo "== python: tests (python/tests)"
+echo "== python: diskcache's own recipe tests (its sdist, pinned), run against the drop-ins"
+peers="$root/target/python-peers"
+if [ ! -f "$peers/diskcache-5.6.3/tests/test_recipes.py" ]; then
+    mkdir -p "$peers"
+    "$py" -m pip download --quiet --no-deps --no-binary :all: -d "$peers" diskcache==5.6.3
+    tar -xzf "$peers/diskcache-5.6.3.tar.gz" -C "$peers" diskcache-5.6.3/tests
+fi
+export FAIRLOCK_DISKCACHE_TESTS="$peers/diskcache-5.6.3/tests"
+echo "== python: tests (python/tests; CPython's own lock tests from $("$py" -c 'import test.lock_tests as t; print(t.__file__)'))"
 # From the repository root, so that `import fairlock` is the installed package, not the
 # sources in python/fairlock (which lack the native module).
 "$py" -m pytest -p no:cacheprovider -q python/tests

@@ -26,7 +26,9 @@ fn a_process_grant_is_released_by_another_thread() {
         .join()
         .unwrap()
         .unwrap();
-    let next = lock.try_lock().expect("free once another thread released it");
+    let next = lock
+        .try_lock()
+        .expect("free once another thread released it");
     assert!(next.token() > token);
     assert!(!next.owner_died());
 }
@@ -43,14 +45,19 @@ fn the_holding_thread_asking_again_waits_behind_its_own_grant() {
         Err(Error::Timeout { .. })
     ));
     assert!(t0.elapsed() >= Duration::from_millis(100));
-    assert!(matches!(lock.try_lock_process(), Err(Error::WouldBlock { .. })));
+    assert!(matches!(
+        lock.try_lock_process(),
+        Err(Error::WouldBlock { .. })
+    ));
     // A blocking second acquire is granted when another thread releases the first.
     let (tx, rx) = mpsc::channel();
     let releaser = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         tx.send(first.unlock()).unwrap();
     });
-    let second = lock.lock_process().expect("granted after the other thread released");
+    let second = lock
+        .lock_process()
+        .expect("granted after the other thread released");
     rx.recv().unwrap().expect("the first grant was still ours");
     releaser.join().unwrap();
     second.unlock().unwrap();
@@ -100,9 +107,12 @@ fn a_leased_process_grant_is_taken_over_and_learns_it() {
     let grant = lock.lock_process().unwrap();
     assert_eq!(grant.lease(), Some(Duration::from_millis(50)));
     let next = std::thread::scope(|s| {
-        s.spawn(|| lock.lock_timeout(Duration::from_secs(10)).map(|g| g.owner_died()))
-            .join()
-            .unwrap()
+        s.spawn(|| {
+            lock.lock_timeout(Duration::from_secs(10))
+                .map(|g| g.owner_died())
+        })
+        .join()
+        .unwrap()
     });
     assert!(next.unwrap(), "the next holder is told it was taken over");
     assert!(matches!(grant.check(), Err(Error::LockLost { .. })));
@@ -116,7 +126,10 @@ fn read_and_write_process_grants_of_a_rwlock() {
     let r1 = rw.read_process().unwrap();
     // The same thread reads again (a process grant is not refused as a re-entry).
     let r2 = rw.try_read_process().unwrap();
-    assert!(matches!(rw.try_write_process(), Err(Error::WouldBlock { .. })));
+    assert!(matches!(
+        rw.try_write_process(),
+        Err(Error::WouldBlock { .. })
+    ));
     let released = std::thread::spawn(move || (r1.unlock(), r2.unlock()))
         .join()
         .unwrap();
@@ -127,7 +140,10 @@ fn read_and_write_process_grants_of_a_rwlock() {
         rw.read_process_timeout(Duration::from_millis(30)),
         Err(Error::Timeout { .. })
     ));
-    std::thread::spawn(move || w.unlock()).join().unwrap().unwrap();
+    std::thread::spawn(move || w.unlock())
+        .join()
+        .unwrap()
+        .unwrap();
     drop(rw.try_write().expect("free"));
 }
 
@@ -143,7 +159,10 @@ fn a_process_grant_is_interruptible() {
     });
     assert!(matches!(r, Err(Error::Interrupted { .. })));
     held.unlock().unwrap();
-    drop(lock.try_lock().expect("the interrupted waiter left nothing behind"));
+    drop(
+        lock.try_lock()
+            .expect("the interrupted waiter left nothing behind"),
+    );
 }
 
 /// A process that dies holding a process grant (taken by a thread that ended long before)
@@ -182,7 +201,9 @@ fn the_death_of_its_process_gives_a_process_grant_up() {
     let lock = FairLock::open(&path).unwrap();
     assert!(matches!(lock.try_lock(), Err(Error::WouldBlock { .. })));
     common::chaos::signal(holder.pid(), libc::SIGKILL);
-    let g = lock.lock_timeout(Duration::from_secs(10)).expect("taken over");
+    let g = lock
+        .lock_timeout(Duration::from_secs(10))
+        .expect("taken over");
     assert!(g.owner_died());
     drop(g);
     let _ = holder.child.wait();

@@ -16,8 +16,9 @@ The classes have ``threading``'s shape: ``Lock`` and ``RLock`` (``acquire(blocki
 timeout=-1)``, ``release()``, ``locked()``, ``with``), ``RWLock``, whose ``read()`` and
 ``write()`` sides have that shape too, and ``Semaphore`` (``threading.Semaphore``'s shape,
 bounded: ``BoundedSemaphore`` is the same class); ``status(path)`` shows holders and queue.
-Every class takes ``name=`` for one of many locks in one file. A lock object belongs to the
-thread that acquired it (a semaphore's permits to the object); see ``help(fairlock.Lock)``.
+Every class takes ``name=`` for one of many locks in one file. As with ``threading``, a
+``Lock``'s grant (and an ``RWLock`` side's) is the process's, an ``RLock``'s the thread's, a
+semaphore's permits the object's; see ``help(fairlock.Lock)``.
 """
 
 import os as _os
@@ -37,8 +38,8 @@ from ._fairlock import (
 # A semaphore shared through a file cannot grow: every release gives back a permit taken.
 BoundedSemaphore = Semaphore
 
-# A child does not hold the locks its forking thread held: tell the native module, which
-# keeps each thread's grants, that those are the parent's from now on.
+# A child does not hold the locks its parent held: tell the native module, which tags every
+# grant with the fork generation it was made in, that the older ones are the parent's.
 _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 __all__ = [

@@ -8,8 +8,8 @@ class Error(OSError):
 
     ``str(e)`` is the message, which names the file; ``e.filename`` is the file and
     ``e.errno`` the OS error number where there is one (``None`` otherwise), for example
-    ``errno.EACCES`` when the file cannot be opened, ``errno.EDEADLK`` when a thread
-    acquires a ``fairlock.Lock`` it already holds. Built as ``Error(errno, message,
+    ``errno.EACCES`` when the file cannot be opened, ``errno.ETIMEDOUT`` when another
+    process kept a new file's initialisation locked too long. Built as ``Error(errno, message,
     filename)``, as ``OSError`` is, so that it pickles.
     """
 

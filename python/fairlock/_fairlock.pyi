@@ -23,7 +23,8 @@ __version__: str
 @final
 class Lock:
     """A strictly fair lock shared by threads and processes through the file at ``path``,
-    in the shape of ``threading.Lock``; owned by the thread that acquired it."""
+    in the shape of ``threading.Lock``: its grant is the process's (any thread releases it;
+    the holding thread's ``acquire`` waits, for another thread's release)."""
 
     def __new__(
         cls, path: _Path, *, name: Optional[str] = None, lease: Optional[float] = None
@@ -31,17 +32,17 @@ class Lock:
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Waits in line; False if not acquired (``blocking=False`` or ``timeout``)."""
     def release(self) -> None:
-        """Releases; ``RuntimeError`` if this thread does not hold it, ``LockLost`` if it
-        was taken over."""
+        """Releases, from any thread; ``RuntimeError`` if this object does not hold it,
+        ``LockLost`` if it was taken over."""
     def locked(self) -> bool:
         """True if held by any thread of any process."""
     def check(self) -> None:
-        """``LockLost`` if this thread's grant was taken over."""
+        """``LockLost`` if this object's grant was taken over."""
     def extend(self, seconds: float) -> None:
         """Renews the lease to ``seconds`` from now."""
     @property
     def token(self) -> int:
-        """This thread's grant's fencing token."""
+        """This object's grant's fencing token."""
     @property
     def owner_died(self) -> bool:
         """The previous holder did not release (died, or its lease was taken over)."""
@@ -61,7 +62,8 @@ class Lock:
 
 @final
 class RLock:
-    """A re-entrant ``Lock``, in the shape of ``threading.RLock``."""
+    """A re-entrant ``Lock``, in the shape of ``threading.RLock``: its grant is the thread's
+    (only that thread releases it; its exit gives it up)."""
 
     def __new__(
         cls, path: _Path, *, name: Optional[str] = None, lease: Optional[float] = None
@@ -91,12 +93,13 @@ class RLock:
     def _is_owned(self) -> bool: ...
     def _release_save(self) -> int: ...
     def _acquire_restore(self, depth: int) -> None: ...
+    def _recursion_count(self) -> int: ...
     def __reduce__(self) -> Tuple[Callable[..., "RLock"], Tuple[str, str, Optional[float], Optional[str]]]: ...
 
 @final
 class RWLockSide:
     """One side of an ``RWLock`` (``read()`` or ``write()``), in the shape of
-    ``threading.Lock``."""
+    ``threading.Lock``: its grants are the process's, as a ``Lock``'s."""
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Waits in line for this side; False if not acquired."""
@@ -141,7 +144,9 @@ class RWLock:
 @final
 class Semaphore:
     """At most ``value`` holders at once across threads and processes, in arrival order, in
-    the shape of ``threading.Semaphore`` (bounded); permits belong to the object."""
+    the shape of ``threading.BoundedSemaphore``: ``value`` is at least 1 (a semaphore shared
+    through a file has all its permits from the start and cannot grow: releasing more than
+    the object took raises ``ValueError``); permits belong to the object."""
 
     def __new__(
         cls,

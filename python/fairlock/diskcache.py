@@ -14,8 +14,11 @@ plus the seed's ``FairRLock(cache, key, expire=None)``, from which fairlock grew
 
 ``cache`` is a ``diskcache.Cache`` or ``FanoutCache`` (anything with a ``directory``) or the
 path of its directory: ``diskcache`` itself is not needed (it is an optional dependency). The
-lock state lives in one file, ``fairlock.locks``, in that directory: a file of named locks,
-one name per key, not in the cache's database. Keys are ``str``, ``bytes``, ``int``, ``float``
+lock state lives in one file, ``cache.db.fairlock``, in that directory: a file of named locks,
+one name per key, not in the cache's database. Its name keeps it out of diskcache's own
+maintenance: ``Cache.check(fix=True)`` deletes every file of the directory that its database
+does not know, except those whose path contains ``cache.db`` (its database's name); a lock
+file deleted while held would let the next opener make a new one and hold the same key. Keys are ``str``, ``bytes``, ``int``, ``float``
 (``bool`` included) or tuples of these, encoded so that two keys are one lock exactly when
 diskcache takes them for one cache key: ``1`` and ``"1"`` are different, ``1`` and ``1.0``
 the same (SQLite compares numbers by value), ``True`` another; a key whose encoding is longer than 255 bytes is named
@@ -31,8 +34,10 @@ What differs from diskcache's recipes, deliberately:
 * **Expiry**: a holder past ``expire`` may be taken over by the next waiter, and finds out:
   its ``release()`` raises ``fairlock.LockLost``. diskcache's ``release()`` then silently
   deletes the *next* holder's key.
-* **Ownership**: ``Lock.release()`` by a thread that does not hold it raises ``RuntimeError``
-  (diskcache's deletes the key, whoever calls it); ``RLock.release()`` and
+* **Ownership**: a ``Lock``'s grant is its process's, as with diskcache (any thread of the
+  process may release it), but only through the object that acquired it: ``release()`` of an
+  object that holds nothing raises ``RuntimeError`` (diskcache's deletes the key, whoever
+  calls it, from any process); ``RLock.release()`` and
   ``BoundedSemaphore.release()`` without a hold raise diskcache's ``AssertionError`` with its
   message (also under ``python -O``, where diskcache's ``assert`` does nothing). A semaphore's
   permits belong to the object that acquired them (any thread of it may release them, and
@@ -54,7 +59,7 @@ from ._fairlock import Semaphore as _Semaphore
 __all__ = ["Lock", "RLock", "BoundedSemaphore", "FairRLock", "lock_file"]
 
 #: The lock file's name in the cache directory.
-FILE_NAME = "fairlock.locks"
+FILE_NAME = "cache.db.fairlock"
 
 _MAX_NAME = 255
 
@@ -143,8 +148,8 @@ class Lock(_Recipe):
         self._key = key
 
     def release(self):
-        """Releases the lock (``RuntimeError`` if this thread does not hold it;
-        ``fairlock.LockLost`` if it was taken over after ``expire``)."""
+        """Releases the lock, from any thread (``RuntimeError`` if this object does not hold
+        it; ``fairlock.LockLost`` if it was taken over after ``expire``)."""
         self._lock.release()
 
     def locked(self) -> bool:

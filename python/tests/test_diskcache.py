@@ -218,3 +218,52 @@ def test_a_leased_semaphore_shared_by_two_threads_lets_both_in(cache):
     assert len(entered) == 2, "both threads in"
     sem.release()
     sem.release()
+
+
+@pytest.mark.parametrize("kind", ["Cache", "FanoutCache"])
+def test_diskcache_s_own_check_and_fix_leave_a_held_lock_alone(kind, tmp_path):
+    """`Cache.check(fix=True)` deletes the files its database does not know: a lock file it
+    deleted while held would let the next `Lock` on the key create a new one and hold the same
+    key (two holders)."""
+    import warnings
+
+    cache = getattr(diskcache, kind)(str(tmp_path / "cache"))
+    cache["some"] = b"x" * 100_000  # a value kept in a file of its own
+    held = recipes.Lock(cache, "job")
+    held.acquire()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        cache.check(fix=True)
+    assert not [w for w in seen if "fairlock" in str(w.message)], [str(w.message) for w in seen]
+    assert os.path.exists(recipes.lock_file(cache))
+    second = recipes.Lock(cache, "job")
+    assert second.acquire(timeout=0.1) is False, "two holders"
+    held.release()
+    assert second.acquire(timeout=5) is True
+    second.release()
+    cache.close()
+
+
+def test_diskcache_s_own_recipe_tests_pass_with_ours(tmp_path):
+    """diskcache's own `tests/test_recipes.py` (`test_lock`, `test_rlock`, `test_semaphore`,
+    from its sdist, which ci/python.sh downloads and names in FAIRLOCK_DISKCACHE_TESTS) with
+    `diskcache.Lock`, `RLock` and `BoundedSemaphore` replaced by ours (tests/diskcache_dropins.py,
+    a pytest plugin)."""
+    suite = os.environ.get("FAIRLOCK_DISKCACHE_TESTS")
+    assert suite, "FAIRLOCK_DISKCACHE_TESTS is not set: run ci/python.sh, which downloads diskcache's sdist"
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "diskcache_dropins",
+            "-k", "test_lock or test_rlock or test_semaphore",
+            os.path.join(suite, "test_recipes.py"),
+        ],
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": here},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 passed" in run.stdout, run.stdout
+    assert "fairlock drop-ins: Lock RLock BoundedSemaphore" in run.stdout, run.stdout

@@ -91,3 +91,65 @@ def test_child_of_a_holder_waits_in_line(lock_path):
     with os.fdopen(r) as f:
         assert f.read() == "True False"
     os.waitpid(pid, 0)
+
+
+def _in_child(work) -> str:
+    """Runs `work()` in an os.fork() child; returns what it returned (a str) or its error."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            try:
+                out = work()
+            except BaseException as e:  # reported to the parent
+                out = f"{type(e).__name__}: {e}"
+            os.write(w, out.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_a_forked_child_gives_back_its_own_semaphore_permit(lock_path):
+    """The child of a process holding one permit takes and gives back its own (`with sem:`):
+    the release is its own permit's, not the inherited one's (which is the parent's)."""
+    sem = fairlock.Semaphore(lock_path, 2)
+    sem.acquire()
+
+    def child():
+        with sem:
+            held, holders = sem.held, len(fairlock.status(lock_path)["holders"])
+        return f"{held} {holders} {sem.held}"
+
+    # In the child: 1 permit of its own inside `with` (the parent's is not counted), 2 holders
+    # in the file (parent and child), then none of its own.
+    assert _in_child(child) == "1 2 0"
+    st = fairlock.status(lock_path)
+    assert [h["pid"] for h in st["holders"]] == [os.getpid()], "the child's permit came back"
+    assert sem.held == 1
+    sem.release()
+    assert fairlock.status(lock_path)["holders"] == []
+
+
+def test_a_forked_child_releasing_only_inherited_grants_gets_lock_lost(lock_path):
+    sem = fairlock.Semaphore(lock_path, 2)
+    lock = fairlock.Lock(lock_path + "-lock")
+    sem.acquire()
+    lock.acquire()
+    out = _in_child(lambda: " ".join(_outcome(f) for f in (sem.release, lock.release)))
+    assert out == "LockLost LockLost"
+    lock.check()  # still the parent's
+    assert sem.held == 1
+    sem.release()
+    lock.release()
+
+
+def _outcome(f) -> str:
+    try:
+        f()
+        return "ok"
+    except Exception as e:
+        return type(e).__name__

@@ -4,6 +4,7 @@ import errno
 import math
 import os
 import pickle
+import re
 import threading
 import time
 import weakref
@@ -134,29 +135,48 @@ def test_release_rules(lock_path):
         except RuntimeError as e:
             errors.append(e)
 
+    # As threading.Lock: another thread of the process releases it.
     t = threading.Thread(target=other_thread)
     t.start()
     t.join()
-    assert len(errors) == 1, "a fairlock.Lock is released by the thread that acquired it"
-    assert lock.locked()
-    lock.release()
+    assert errors == []
     assert not lock.locked()
+    with pytest.raises(RuntimeError, match="release unlocked lock"):
+        lock.release()
 
 
-def test_blocking_acquire_by_the_holder_raises_edeadlk(lock_path):
+def test_the_holder_asking_again_waits_for_another_threads_release(lock_path):
     lock = fairlock.Lock(lock_path)
     other = fairlock.Lock(lock_path)  # another object on the same file: the same lock
     with lock:
         for l in (lock, other):
             assert l.acquire(blocking=False) is False
             assert l.acquire(timeout=0) is False
-            with pytest.raises(fairlock.Error) as e:
-                l.acquire()
-            assert e.value.errno == errno.EDEADLK
-            assert e.value.filename == lock_path
-            assert lock_path in str(e.value)
-            with pytest.raises(fairlock.Error):
-                l.acquire(timeout=0.5)
+            start = time.monotonic()
+            assert l.acquire(timeout=0.3) is False  # waits its timeout, as threading's
+            assert time.monotonic() - start >= 0.29
+            assert fairlock.status(lock_path)["waiters"] == 0
+    # A blocking acquire by the holding thread is let in by another thread's release.
+    assert lock.acquire()
+    threading.Timer(0.1, lock.release).start()
+    assert lock.acquire(timeout=10) is True
+    lock.release()
+    assert not lock.locked()
+
+
+def test_a_lock_outlives_the_thread_that_acquired_it(lock_path):
+    lock = fairlock.Lock(lock_path)
+    t = threading.Thread(target=lock.acquire)
+    t.start()
+    t.join()
+    # The grant is the process's: the thread's end leaves it held, with no owner_died.
+    assert lock.locked()
+    assert fairlock.Lock(lock_path).acquire(timeout=0.1) is False
+    token = lock.token
+    lock.release()
+    with lock:
+        assert lock.token > token
+        assert lock.owner_died is False
 
 
 def test_with_returns_true_and_releases(lock_path):
@@ -180,7 +200,7 @@ def test_tokens_strictly_increase_and_are_per_grant(lock_path):
             assert lock.owner_died is False
     assert tokens == sorted(set(tokens))
     assert tokens[0] > 0
-    with pytest.raises(RuntimeError, match="does not hold"):
+    with pytest.raises(RuntimeError, match="holds no grant"):
         lock.token
     with pytest.raises(RuntimeError):
         lock.owner_died
@@ -361,7 +381,24 @@ def test_weak_references(lock_path, cls):
 
 def test_repr(lock_path):
     lock = fairlock.Lock(lock_path, lease=2)
-    assert repr(lock) == f"<fairlock.Lock '{lock_path}', lease=2.0, not held by this thread>"
+    assert re.fullmatch(
+        rf"<unlocked fairlock\.Lock object '{re.escape(lock_path)}', lease=2\.0 at 0x[0-9a-f]+>",
+        repr(lock),
+    )
     with lock:
-        assert "held by this thread" in repr(lock)
-        assert "not held" not in repr(lock)
+        assert repr(lock).startswith("<locked fairlock.Lock object ")
+    rlock = fairlock.RLock(lock_path + "-r")
+    with rlock, rlock:
+        assert "count=2 (this thread)" in repr(rlock)
+
+
+def test_a_lock_object_dropped_while_holding_keeps_the_lock(lock_path):
+    """Nothing can release a dropped object's grant, and releasing it behind the code that
+    believes it holds the lock would make two holders: it is kept until the process ends."""
+    fairlock.Lock(lock_path).acquire()
+    import gc
+
+    gc.collect()
+    st = fairlock.status(lock_path)
+    assert st["held"] and st["owner_pid"] == os.getpid()
+    assert fairlock.Lock(lock_path).acquire(timeout=0.05) is False

@@ -52,8 +52,9 @@ def test_waiter_of_a_sigkilled_holder_is_told(lock_path, peers):
     assert waiter.call("release") == "ok"
 
 
-def test_thread_that_ends_holding_gives_the_lock_up_as_dead(lock_path):
-    lock = fairlock.Lock(lock_path)
+def test_thread_that_ends_holding_an_rlock_gives_it_up_as_dead(lock_path):
+    # An RLock's grant is its thread's (a Lock's is the process's: test_lock_api).
+    lock = fairlock.RLock(lock_path)
     t = threading.Thread(target=lock.acquire)
     t.start()
     t.join()

@@ -17,13 +17,13 @@ def test_reentrant_levels_share_one_grant(lock_path, peers):
     assert lock.acquire(timeout=0) is True
     with lock:
         assert lock.token == token
-        assert "3 levels" not in repr(lock) and "4 levels" in repr(lock)
+        assert "count=3" not in repr(lock) and "count=4 (this thread)" in repr(lock)
     assert fairlock.status(lock_path)["next_ticket"] == token, "levels take no ticket"
     peer.send("acquire")
     wait_until(lambda: waiters(lock_path) == 1)
     for _ in range(2):
         lock.release()
-    assert "held by this thread" in repr(lock) and lock._is_owned()
+    assert "count=1 (this thread)" in repr(lock) and lock._is_owned()
     assert not peer.has_reply() and waiters(lock_path) == 1, "one level is still held"
     lock.release()
     assert peer.reply().startswith("acquired")

@@ -65,21 +65,30 @@ def test_a_killed_reader_and_a_killed_writer_are_recovered(lock_path, peers):
         mine.release()
 
 
-def test_one_thread_cannot_wait_behind_itself(lock_path):
+def test_a_thread_asking_again_waits_in_line_as_anyone(lock_path):
     rw = fairlock.RWLock(lock_path)
     with rw.read():
-        for side in (rw.read(), rw.write()):
-            with pytest.raises(fairlock.Error) as e:
-                side.acquire()
-            assert e.value.errno == errno.EDEADLK
+        # A second read is granted at once (nobody waits to write); a write waits behind the
+        # read, as with threading.Lock, and times out.
+        assert rw.read().acquire(timeout=0.1) is True
+        rw.read().release()
+        start = time.monotonic()
+        assert rw.write().acquire(timeout=0.2) is False
+        assert time.monotonic() - start >= 0.19
         # Another thread reads alongside.
+        other = fairlock.RWLock(lock_path)
         got = []
-        t = threading.Thread(
-            target=lambda: got.append(fairlock.RWLock(lock_path).read().acquire(False))
-        )
+        t = threading.Thread(target=lambda: got.append(other.read().acquire(False)))
         t.start()
         t.join()
         assert got == [True]
+        other.read().release()
+    # The write side is released by another thread (a hand-off), as threading.Lock's.
+    assert rw.write().acquire()
+    t = threading.Thread(target=rw.write().release)
+    t.start()
+    t.join()
+    assert not rw.write().locked()
 
 
 def test_sides_release_and_errors_as_threading(lock_path):
@@ -88,7 +97,7 @@ def test_sides_release_and_errors_as_threading(lock_path):
         rw.read().release()
     assert rw.read().acquire() is True
     with pytest.raises(RuntimeError):
-        rw.write().release()  # this thread holds the read side, not the write side
+        rw.write().release()  # this object holds the read side, not the write side
     rw.read().release()
     with pytest.raises(RuntimeError):
         rw.read().token

@@ -193,12 +193,7 @@ impl<'a> LockGuard<'a> {
             if self.fast() {
                 core::queue::claim::stamp_fast(&st, &self.shared.platform(), self.ticket, tid);
             } else {
-                core::queue::claim::stamp_holder(
-                    &st,
-                    &self.shared.platform(),
-                    self.ticket,
-                    tid,
-                );
+                core::queue::claim::stamp_holder(&st, &self.shared.platform(), self.ticket, tid);
             }
         }
     }

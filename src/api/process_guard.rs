@@ -70,6 +70,9 @@ impl ProcessGuard {
         // only reached through `&self` methods that return plain values, or consumed by
         // `unlock`.
         let guard = unsafe { extend_borrow::<LockGuard<'_>, LockGuard<'static>>(guard) };
+        // Every process grant records the thread that took it and when, for `inspect` and
+        // `fairlock status` (the thread's own uncontended path leaves this out to stay fast).
+        guard.stamp_time();
         ProcessGuard { guard, view }
     }
 
@@ -108,12 +111,6 @@ impl ProcessGuard {
     /// The lease this grant was made with, if any.
     pub fn lease(&self) -> Option<Duration> {
         self.guard.lease()
-    }
-
-    /// Records the calling thread and "now" as the start of this hold, for
-    /// [`crate::inspect`] and `fairlock status` (see [`LockGuard::stamp_time`]).
-    pub fn stamp_time(&self) {
-        self.guard.stamp_time();
     }
 
     /// Releases the grant and reports whether it was still ours.

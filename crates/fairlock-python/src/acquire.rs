@@ -1,4 +1,4 @@
-//! `acquire(blocking=True, timeout=-1)`: threading's argument rules, the uncontended attempt
+//! `acquire(blocking=True, timeout=-1)`: threading's argument rules, an `RLock`'s uncontended attempt
 //! (the GIL kept: it never waits), and the wait in line with the GIL released and Ctrl-C
 //! honoured.
 //!
@@ -122,34 +122,28 @@ fn timeout_max(py: Python<'_>) -> PyResult<f64> {
     .copied()
 }
 
-/// `acquire` of a `fairlock.Lock` or `fairlock.RLock`: whether the calling thread got the lock.
+/// `acquire` of a `fairlock.RLock`: whether the calling thread got the lock (or one more level
+/// of it).
 ///
 /// # Errors
-/// `fairlock.Error` (errno `EDEADLK`) for a blocking `acquire` of a `Lock` this thread holds;
-/// the exception a signal handler raised while waiting (`KeyboardInterrupt`); the library's
+/// The exception a signal handler raised while waiting (`KeyboardInterrupt`); the library's
 /// errors otherwise (see `errors.rs`).
 pub(crate) fn acquire(py: Python<'_>, handle: &Arc<Handle>, wait: Wait) -> PyResult<bool> {
     match held::holding(handle) {
-        Holding::Yes { .. } if handle.is_reentrant() => {
+        Holding::Yes { .. } => {
             return if held::reenter(handle) {
                 Ok(true)
             } else {
                 Err(PyOverflowError::new_err("Internal lock count overflowed"))
             };
         }
-        // A `Lock` this thread holds: the library refuses it (`WouldDeadlock`) below.
-        Holding::Yes { .. } | Holding::No => {}
+        Holding::No => {}
         Holding::Inherited => held::forget_inherited(handle),
     }
     match handle.try_lock() {
         Ok(guard) => {
             held::insert(handle, guard, 1);
             return Ok(true);
-        }
-        Err(Error::WouldBlock { .. } | Error::WouldDeadlock { .. })
-            if matches!(wait, Wait::Try) =>
-        {
-            return Ok(false);
         }
         Err(Error::WouldBlock { .. }) => {}
         Err(e) => return Err(errors::to_py(py, e)),

@@ -1,14 +1,14 @@
-//! One lock file opened for Python: the library's lock in an `Arc` (a Python lock object is
-//! shared by threads), and [`OwnedGuard`], a grant that owns that `Arc` so it can be kept in the
-//! per-thread table of held grants (`held.rs`) between `acquire()` and `release()`.
+//! One lock file opened for Python: the library's lock (a Python lock object is shared by
+//! threads); its process grants (`Lock`, `RWLock` sides: `ProcessGuard`, kept in the object,
+//! `grants.rs`), and for an `RLock` [`OwnedGuard`], a thread's grant that owns the handle's
+//! `Arc` so it can be kept in the per-thread table of held grants (`held.rs`) between
+//! `acquire()` and `release()`.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fairlock::{
-    FairLock, FairRLock, FairRwLock, LockGuard, Result, RwLockReadGuard, RwLockWriteGuard,
-};
+use fairlock::{FairLock, FairRLock, FairRwLock, LockGuard, ProcessGuard, Result};
 
 /// The library lock a Python lock object stands for.
 enum Kind {
@@ -112,116 +112,91 @@ impl Handle {
         self.name.as_deref()
     }
 
-    pub(crate) fn is_reentrant(&self) -> bool {
-        matches!(self.kind, Kind::RLock(_))
-    }
-
     /// The identity of this handle in the per-thread table: its address, which stays reserved
     /// while any [`OwnedGuard`] of it exists (each keeps the `Arc`).
     pub(crate) fn key(self: &Arc<Self>) -> usize {
         Arc::as_ptr(self) as usize
     }
 
-    /// `try_lock` (never jumps the queue), as an owned grant.
+    /// A process grant (`Lock`, `RWLock` sides) only if it is granted at once: never jumping
+    /// the queue.
     ///
     /// # Errors
-    /// As `FairLock::try_lock` / `FairRLock::try_lock`.
-    pub(crate) fn try_lock(self: &Arc<Self>) -> Result<OwnedGuard> {
-        let grant = match &self.kind {
-            Kind::Lock(l) => Grant::Lock(l.try_lock()?),
-            Kind::RLock(l) => Grant::Lock(l.try_lock()?),
-            Kind::Read(l) => Grant::Read(l.try_read()?),
-            Kind::Write(l) => Grant::Write(l.try_write()?),
-        };
-        Ok(OwnedGuard::new(self, grant))
+    /// As `FairLock::try_lock_process`.
+    pub(crate) fn try_process(&self) -> Result<ProcessGuard> {
+        match &self.kind {
+            Kind::Lock(l) => l.try_lock_process(),
+            Kind::Read(l) => l.try_read_process(),
+            Kind::Write(l) => l.try_write_process(),
+            Kind::RLock(_) => unreachable!("an RLock's grants are its threads'"),
+        }
     }
 
-    /// Waits in line until granted, `deadline`, or `stop()` (see `lock_interruptible`).
+    /// A process grant, waiting in line until granted, `deadline`, or `stop()`.
     ///
     /// # Errors
-    /// As `FairLock::lock_interruptible`.
+    /// As `FairLock::lock_process_interruptible`.
+    pub(crate) fn process_interruptible(
+        &self,
+        deadline: Option<Instant>,
+        stop: impl FnMut() -> bool,
+    ) -> Result<ProcessGuard> {
+        match &self.kind {
+            Kind::Lock(l) => l.lock_process_interruptible(deadline, stop),
+            Kind::Read(l) => l.read_process_interruptible(deadline, stop),
+            Kind::Write(l) => l.write_process_interruptible(deadline, stop),
+            Kind::RLock(_) => unreachable!("an RLock's grants are its threads'"),
+        }
+    }
+
+    /// The `RLock`'s `try_lock` (never jumps the queue), as an owned grant of this thread.
+    ///
+    /// # Errors
+    /// As `FairRLock::try_lock`.
+    pub(crate) fn try_lock(self: &Arc<Self>) -> Result<OwnedGuard> {
+        let guard = self.rlock().try_lock()?;
+        Ok(OwnedGuard::new(self, guard))
+    }
+
+    /// The `RLock`'s wait in line until granted, `deadline`, or `stop()` (see
+    /// `lock_interruptible`).
+    ///
+    /// # Errors
+    /// As `FairRLock::lock_interruptible`.
     pub(crate) fn lock_interruptible(
         self: &Arc<Self>,
         deadline: Option<Instant>,
         stop: impl FnMut() -> bool,
     ) -> Result<OwnedGuard> {
-        let grant = match &self.kind {
-            Kind::Lock(l) => Grant::Lock(l.lock_interruptible(deadline, stop)?),
-            Kind::RLock(l) => Grant::Lock(l.lock_interruptible(deadline, stop)?),
-            Kind::Read(l) => Grant::Read(l.read_interruptible(deadline, stop)?),
-            Kind::Write(l) => Grant::Write(l.write_interruptible(deadline, stop)?),
-        };
-        Ok(OwnedGuard::new(self, grant))
-    }
-}
-
-/// A grant of any of the library's locks, borrowing from a [`Handle`].
-enum Grant<'a> {
-    Lock(LockGuard<'a>),
-    Read(RwLockReadGuard<'a>),
-    Write(RwLockWriteGuard<'a>),
-}
-
-impl Grant<'_> {
-    fn token(&self) -> u64 {
-        match self {
-            Grant::Lock(g) => g.token(),
-            Grant::Read(g) => g.token(),
-            Grant::Write(g) => g.token(),
-        }
+        let guard = self.rlock().lock_interruptible(deadline, stop)?;
+        Ok(OwnedGuard::new(self, guard))
     }
 
-    fn owner_died(&self) -> bool {
-        match self {
-            Grant::Lock(g) => g.owner_died(),
-            Grant::Read(g) => g.owner_died(),
-            Grant::Write(g) => g.owner_died(),
-        }
-    }
-
-    fn check(&self) -> Result<()> {
-        match self {
-            Grant::Lock(g) => g.check(),
-            Grant::Read(g) => g.check(),
-            Grant::Write(g) => g.check(),
-        }
-    }
-
-    fn extend(&self, d: Duration) -> Result<()> {
-        match self {
-            Grant::Lock(g) => g.extend(d),
-            Grant::Read(g) => g.extend(d),
-            Grant::Write(g) => g.extend(d),
-        }
-    }
-
-    fn unlock(self) -> Result<()> {
-        match self {
-            Grant::Lock(g) => g.unlock(),
-            Grant::Read(g) => g.unlock(),
-            Grant::Write(g) => g.unlock(),
+    fn rlock(&self) -> &FairRLock {
+        match &self.kind {
+            Kind::RLock(l) => l,
+            _ => unreachable!("only an RLock's grants are its threads'"),
         }
     }
 }
 
-/// A grant that owns its lock: the library's [`LockGuard`] and the `Arc<Handle>` it borrows
-/// from. The library's owned guards (`ArcLockGuard` and the others) come from the `*_arc`
-/// methods, which wait without an interrupt hook; a grant of `lock_interruptible` (which the
-/// binding uses, so that `KeyboardInterrupt` stops a wait) has no owned form there, hence this
-/// one, over whichever kind the handle is.
+/// An `RLock`'s grant that owns its lock: the library's [`LockGuard`] and the `Arc<Handle>` it
+/// borrows from. The library's owned guard (`ArcRLockGuard`) comes from the `*_arc` methods,
+/// which wait without an interrupt hook; a grant of `lock_interruptible` (which the binding
+/// uses, so that `KeyboardInterrupt` stops a wait) has no owned form there, hence this one.
 ///
 /// Not `Send` (the guard is not): it stays on the thread that acquired, in `held.rs`'s table.
 pub(crate) struct OwnedGuard {
     // Declared before `handle`: fields drop in order, so the guard is released while the lock
     // it borrows from is still alive.
-    guard: Grant<'static>,
+    guard: LockGuard<'static>,
     handle: Arc<Handle>,
 }
 
 impl OwnedGuard {
     /// Ties `guard`, which every caller (all in this file) has just taken from `handle`'s lock,
     /// to a clone of `handle`.
-    fn new<'a>(handle: &'a Arc<Handle>, guard: Grant<'a>) -> OwnedGuard {
+    fn new<'a>(handle: &'a Arc<Handle>, guard: LockGuard<'a>) -> OwnedGuard {
         // SAFETY: `guard` was returned by a `&self` method of the lock inside `handle` (see the
         // callers above), so it borrows from that `Handle` and nothing shorter-lived. The
         // `Handle` lives in the `Arc`'s heap allocation at a stable address, is never moved or
@@ -230,17 +205,12 @@ impl OwnedGuard {
         // the guard is consumed. So the borrow is valid for the guard's whole life, and
         // `'static` is never observable: the guard is only reached through `&self` methods
         // that return plain values, or consumed by `unlock`.
-        // (A `Read`/`Write` grant borrows the `FairRwLock` that the `Handle` keeps in an `Arc`:
-        // alive as long as the `Handle`, so the same argument holds.)
-        let guard = unsafe { std::mem::transmute::<Grant<'a>, Grant<'static>>(guard) };
+        let guard = unsafe { std::mem::transmute::<LockGuard<'a>, LockGuard<'static>>(guard) };
         // Every grant records its thread and start time, so that `fairlock.status()` and
         // `fairlock status` show who holds the lock and for how long (as `fairlock run` does).
         // The library leaves this out of its uncontended path; from Python it costs ~30 ns of
-        // an acquire + release of ~200 ns. (Reads and writes are stamped by the library: every
-        // such grant queues.)
-        if let Grant::Lock(g) = &guard {
-            g.stamp_time();
-        }
+        // an acquire + release of ~200 ns.
+        guard.stamp_time();
         OwnedGuard {
             guard,
             handle: Arc::clone(handle),

@@ -1,13 +1,15 @@
-//! The grants the calling thread holds, by Python lock object.
+//! The grants the calling thread holds, by Python lock object: an `RLock`'s, which are its
+//! threads' (a `Lock`'s and an `RWLock` side's are the process's, kept in the object:
+//! `grants.rs`).
 //!
-//! A fairlock grant belongs to the (process, thread) that acquired it and its guard is not
-//! `Send`, while a Python lock object is shared by every thread. So the object keeps no guard:
-//! each thread keeps its own grants here, in a thread-local table keyed by the object's
+//! A re-entrant fairlock grant belongs to the (process, thread) that acquired it and its guard
+//! is not `Send`, while a Python lock object is shared by every thread. So the object keeps no
+//! guard: each thread keeps its own grants here, in a thread-local table keyed by the object's
 //! [`Handle::key`]. Only the owning thread ever touches an entry, so `release()` from another
 //! thread finds nothing (and raises `RuntimeError`), as with `threading.RLock`.
 //!
-//! * **Re-entrancy** of an `RLock` through the same object is a count in its entry (`depth`):
-//!   no call into the library, no ticket.
+//! * **Re-entrancy** through the same object is a count in its entry (`depth`): no call into
+//!   the library, no ticket.
 //! * **A thread that ends while holding**: the table's destructor drops the guards; the
 //!   library's own exit watch, registered after the table (the table is touched before the
 //!   first acquire), runs first and gives the grants up as if their owner died, so the next
@@ -15,7 +17,8 @@
 //! * **`fork`**: the child inherits the forking thread's table. An entry from before the fork
 //!   ([`after_fork_in_child`] counts forks) is not a hold of the child: acquiring drops it and
 //!   waits in line afresh, releasing it reports `LockLost` (the library refuses to release a
-//!   parent's grant), so the parent's hold is never released by its child.
+//!   parent's grant), so the parent's hold is never released by its child. The fork count is
+//!   also what tells a `Lock`'s and a `Semaphore`'s inherited grants from their own.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -29,7 +32,7 @@ struct Entry {
     key: usize,
     /// [`FORK_GENERATION`] when it was granted: an older one was inherited through `fork`.
     fork_generation: u64,
-    /// Levels held (an `RLock` re-entered through the same object); 1 for a `Lock`.
+    /// Levels held (the `RLock` re-entered through the same object).
     depth: u32,
     guard: OwnedGuard,
 }

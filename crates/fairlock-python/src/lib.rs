@@ -14,10 +14,12 @@
 
 mod acquire;
 mod errors;
+mod grants;
 mod handle;
 mod held;
 mod lock;
 mod lock_object;
+mod process_object;
 mod rlock;
 mod rwlock;
 mod semaphore;

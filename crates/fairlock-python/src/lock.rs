@@ -6,9 +6,11 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::acquire::{self, Blocking, Timeout, Wait};
+use crate::acquire::{Blocking, Timeout, Wait};
+use crate::grants::Grants;
 use crate::handle::Handle;
 use crate::lock_object::{self as object, LockPath};
+use crate::process_object as process;
 
 /// A strictly fair (first come, first served) lock shared by threads and processes through the
 /// lock file at ``path``, in the shape of ``threading.Lock``.
@@ -29,19 +31,25 @@ use crate::lock_object::{self as object, LockPath};
 /// holder gets the lock with ``owner_died`` set. Every grant carries a fencing ``token`` that
 /// strictly increases.
 ///
-/// Unlike ``threading.Lock``, the lock belongs to the thread that acquired it: only that
-/// thread can release it (another gets ``RuntimeError``), and a blocking ``acquire`` by the
-/// holding thread raises ``fairlock.Error`` (errno ``EDEADLK``) instead of waiting forever.
-/// After ``os.fork()`` the child does not hold its parent's lock: its ``release()`` raises
+/// As ``threading.Lock``, the lock is not a thread's: any thread of the process may release it
+/// (a hand-off between threads, a lock used as a signal), a blocking ``acquire`` by the thread
+/// that holds it waits (for another thread's release) and a timed one returns False. The grant
+/// belongs to the process: a thread's exit leaves it held, the process's death gives it up.
+/// Dropping the object while it holds the lock keeps it held until the process ends. After
+/// ``os.fork()`` the child does not hold its parent's lock: its ``release()`` raises
 /// ``fairlock.LockLost`` and its ``acquire()`` waits in line like anyone's.
 #[pyclass(frozen, weakref, module = "fairlock", name = "Lock")]
 pub(crate) struct Lock {
     handle: Arc<Handle>,
+    grants: Grants,
 }
 
 impl Lock {
     pub(crate) fn from_handle(handle: Arc<Handle>) -> Lock {
-        Lock { handle }
+        Lock {
+            handle,
+            grants: Grants::default(),
+        }
     }
 }
 
@@ -60,61 +68,62 @@ impl Lock {
         )?))
     }
 
-    /// Waits in line for the lock and returns True once it is this thread's; as
+    /// Waits in line for the lock and returns True once it is this process's; as
     /// ``threading.Lock.acquire``. With ``blocking=False`` (or ``timeout=0``) it takes the lock
     /// only if it is free and nobody waits, else returns False at once. With a ``timeout``
     /// (seconds) it gives its place up and returns False when the time is out. The GIL is
     /// released while waiting; a signal handler that raises (Ctrl-C: ``KeyboardInterrupt``)
-    /// ends the wait, gives the place up and the exception propagates.
-    ///
-    /// Raises ``fairlock.Error`` (errno ``EDEADLK``) if this thread holds the lock already and
-    /// ``blocking`` is true.
+    /// ends the wait, gives the place up and the exception propagates. The thread holding the
+    /// lock waits too, for another thread's ``release()``.
     #[pyo3(
         signature = (blocking = Blocking(true), timeout = Timeout::UNSET),
         text_signature = "($self, /, blocking=True, timeout=-1)"
     )]
     fn acquire(&self, py: Python<'_>, blocking: Blocking, timeout: Timeout) -> PyResult<bool> {
         let wait = Wait::from_threading(py, blocking, timeout)?;
-        acquire::acquire(py, &self.handle, wait)
+        process::acquire(py, &self.handle, &self.grants, wait)
     }
 
-    /// Releases the lock; the next in line gets it. Raises ``RuntimeError`` if this thread
-    /// does not hold it, ``fairlock.LockLost`` if it was taken over meanwhile (its lease ran
-    /// out): whatever was done under it may have overlapped the next holder.
+    /// Releases the lock, from any thread; the next in line gets it. Raises ``RuntimeError``
+    /// if this object does not hold it, ``fairlock.LockLost`` if it was taken over meanwhile
+    /// (its lease ran out): whatever was done under it may have overlapped the next holder.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        object::release(py, &self.handle, false)
+        process::release(py, &self.handle, &self.grants)
     }
 
     /// True if the lock is held, by any thread of any process.
     fn locked(&self, py: Python<'_>) -> PyResult<bool> {
-        object::locked(py, &self.handle)
+        if self.grants.count() > 0 {
+            return Ok(true);
+        }
+        object::locked_in_file(py, &self.handle)
     }
 
-    /// Returns None while the lock is still this thread's; raises ``fairlock.LockLost`` if its
-    /// lease ran out and it was taken over, ``RuntimeError`` if this thread does not hold it.
+    /// Returns None while the lock is still this object's; raises ``fairlock.LockLost`` if its
+    /// lease ran out and it was taken over, ``RuntimeError`` if this object does not hold it.
     fn check(&self, py: Python<'_>) -> PyResult<()> {
-        object::check(py, &self.handle)
+        process::check(py, &self.handle, &self.grants)
     }
 
     /// Renews the lease: it now ends ``seconds`` from now. Raises ``fairlock.LockLost`` if it
     /// was already taken over, ``ValueError`` for a lock opened without a lease.
     fn extend(&self, py: Python<'_>, seconds: f64) -> PyResult<()> {
-        object::extend(py, &self.handle, seconds)
+        process::extend(py, &self.handle, &self.grants, seconds)
     }
 
-    /// The fencing token of this thread's grant (strictly increasing across grants of the
-    /// file). ``RuntimeError`` if this thread does not hold the lock.
+    /// The fencing token of this object's grant (strictly increasing across grants of the
+    /// file). ``RuntimeError`` if this object does not hold the lock.
     #[getter]
     fn token(&self) -> PyResult<u64> {
-        object::with_grant(&self.handle, |g| g.token())
+        process::with_grant(&self.handle, &self.grants, |g| g.token())
     }
 
     /// True if the previous holder did not release the lock (it died, or its lease was taken
-    /// over): the data it protects may be half-written. ``RuntimeError`` if this thread does not
-    /// hold the lock.
+    /// over): the data it protects may be half-written. ``RuntimeError`` if this object does
+    /// not hold the lock.
     #[getter]
     fn owner_died(&self) -> PyResult<bool> {
-        object::with_grant(&self.handle, |g| g.owner_died())
+        process::with_grant(&self.handle, &self.grants, |g| g.owner_died())
     }
 
     /// The lock file's path.
@@ -130,20 +139,24 @@ impl Lock {
     }
 
     fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {
-        acquire::acquire(py, &self.handle, Wait::Forever)
+        process::acquire(py, &self.handle, &self.grants, Wait::Forever)
     }
 
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
-        object::release(py, &self.handle, false)
+        process::release(py, &self.handle, &self.grants)
     }
 
+    /// For ``threading.Condition``: whether this object holds the lock.
     fn _is_owned(&self) -> bool {
-        object::with_grant(&self.handle, |_| ()).is_ok()
+        self.grants.count() > 0
     }
 
-    fn __repr__(&self) -> String {
-        object::repr("Lock", &self.handle)
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let me = slf.get();
+        let locked =
+            me.grants.count() > 0 || object::locked_in_file(slf.py(), &me.handle).unwrap_or(false);
+        object::repr("Lock", &me.handle, locked, "", slf.as_ptr())
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

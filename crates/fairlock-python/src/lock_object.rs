@@ -1,6 +1,7 @@
-//! What `fairlock.Lock` and `fairlock.RLock` objects share: opening, releasing, the current
-//! grant's token and owner-died flag, lease checks, `locked()`, `repr()` and pickling. The two
-//! classes (`lock.rs`, `rlock.rs`) only differ in re-entrancy and their docstrings.
+//! What the lock objects share: opening, `repr()`, pickling and `locked()`; and for an
+//! `RLock`, whose grants are its threads' (`held.rs`), releasing, the current grant's token and
+//! owner-died flag and lease checks (the process grants of a `Lock` and of the `RWLock` sides
+//! are `process_object.rs`'s).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -101,7 +102,8 @@ pub(crate) fn duration(what: &str, seconds: f64) -> PyResult<Duration> {
     }
 }
 
-/// `release()`: gives back one level of the calling thread's grant (`all`: every level).
+/// `release()` of an `RLock`: gives back one level of the calling thread's grant (`all`: every
+/// level).
 ///
 /// # Errors
 /// `RuntimeError` if the calling thread holds nothing of this lock; `fairlock.LockLost` if the
@@ -110,13 +112,10 @@ pub(crate) fn release(py: Python<'_>, handle: &Arc<Handle>, all: bool) -> PyResu
     match held::release(handle, all) {
         Released::Level | Released::Grant(Ok(())) => Ok(()),
         Released::Grant(Err(e)) => Err(errors::to_py(py, e)),
-        Released::NotHeld => Err(PyRuntimeError::new_err(if handle.is_reentrant() {
+        Released::NotHeld => Err(PyRuntimeError::new_err(
             "cannot release un-acquired lock (a fairlock.RLock is released by the thread that \
-             acquired it)"
-        } else {
-            "release unlocked lock: this thread does not hold it (a fairlock.Lock is released \
-             by the thread that acquired it)"
-        })),
+             acquired it)",
+        )),
     }
 }
 
@@ -151,7 +150,7 @@ pub(crate) fn extend(py: Python<'_>, handle: &Arc<Handle>, seconds: f64) -> PyRe
     with_grant(handle, |g| g.extend(d))?.map_err(|e| errors::to_py(py, e))
 }
 
-/// `locked()`: whether anyone (any thread, any process) holds the lock now.
+/// `locked()` of an `RLock`: whether anyone (any thread, any process) holds the lock now.
 ///
 /// # Errors
 /// The library's errors reading the file (it was removed, say).
@@ -159,10 +158,22 @@ pub(crate) fn locked(py: Python<'_>, handle: &Arc<Handle>) -> PyResult<bool> {
     if let Holding::Yes { .. } = held::holding(handle) {
         return Ok(true); // this thread's (an inherited hold is asked of the file: the parent's)
     }
+    locked_in_file(py, handle)
+}
+
+/// Whether the lock file says the lock is held now (by any thread of any process; for a side of
+/// a reader/writer lock, held that way).
+///
+/// # Errors
+/// The library's errors reading the file (it was removed, say).
+pub(crate) fn locked_in_file(py: Python<'_>, handle: &Handle) -> PyResult<bool> {
     let path = handle.path();
     let st = py
         .detach(|| fairlock::inspect(path))
         .map_err(|e| errors::to_py(py, e))?;
+    if let Some(write) = handle.rw_side() {
+        return Ok(st.holders.iter().any(|h| h.shared != write));
+    }
     Ok(match handle.name() {
         // A lock in a file of named locks: that name's holder.
         Some(name) => st
@@ -173,21 +184,24 @@ pub(crate) fn locked(py: Python<'_>, handle: &Arc<Handle>) -> PyResult<bool> {
     })
 }
 
-/// `repr()`: `<fairlock.Lock '/path', lease=30.0, held by this thread>`.
-pub(crate) fn repr(class: &str, handle: &Arc<Handle>) -> String {
+/// `repr()`, in `threading`'s shape: `<locked fairlock.Lock object '/path', lease=30.0 at
+/// 0x7f...>` (`extra` after the lease: an `RLock`'s levels).
+pub(crate) fn repr(
+    class: &str,
+    handle: &Handle,
+    locked: bool,
+    extra: &str,
+    addr: *mut pyo3::ffi::PyObject,
+) -> String {
     let lease = handle
         .lease()
         .map_or_else(|| "None".to_string(), |d| format!("{:?}", d.as_secs_f64()));
-    let held = match held::holding(handle) {
-        Holding::Yes { depth: 1 } => "held by this thread".to_string(),
-        Holding::Yes { depth } => format!("held by this thread, {depth} levels"),
-        Holding::No | Holding::Inherited => "not held by this thread".to_string(),
-    };
     let name = handle
         .name()
         .map_or_else(String::new, |n| format!(", name={n:?}"));
     format!(
-        "<fairlock.{class} '{}'{name}, lease={lease}, {held}>",
+        "<{} fairlock.{class} object '{}'{name}, lease={lease}{extra} at {addr:p}>",
+        if locked { "locked" } else { "unlocked" },
         handle.path().display()
     )
 }

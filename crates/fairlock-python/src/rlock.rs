@@ -139,8 +139,21 @@ impl RLock {
         Ok(())
     }
 
-    fn __repr__(&self) -> String {
-        object::repr("RLock", &self.handle)
+    /// For ``threading``'s tests and debugging: how many levels this thread holds (0 if none).
+    fn _recursion_count(&self) -> u32 {
+        held::with_grant(&self.handle, |_, depth| depth).unwrap_or(0)
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let me = slf.get();
+        let depth = held::with_grant(&me.handle, |_, depth| depth).unwrap_or(0);
+        let locked = depth > 0 || object::locked_in_file(slf.py(), &me.handle).unwrap_or(false);
+        let extra = if depth > 0 {
+            format!(", count={depth} (this thread)")
+        } else {
+            String::new()
+        };
+        object::repr("RLock", &me.handle, locked, &extra, slf.as_ptr())
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

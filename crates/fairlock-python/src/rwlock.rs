@@ -7,11 +7,11 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::acquire::{self, Blocking, Timeout, Wait};
-use crate::errors;
+use crate::acquire::{Blocking, Timeout, Wait};
+use crate::grants::Grants;
 use crate::handle::Handle;
-use crate::held::{self, Holding};
 use crate::lock_object::{self as object, LockPath};
+use crate::process_object as process;
 
 /// A strictly fair reader/writer lock shared by threads and processes through the lock file at
 /// ``path``: readers hold together, a writer alone, and everybody is served in arrival order (a
@@ -28,9 +28,10 @@ use crate::lock_object::{self as object, LockPath};
 ///     with lock.write():
 ///         ...            # alone
 ///
-/// A grant belongs to the thread that acquired it. A thread holding either side that asks for
-/// either side again gets ``fairlock.Error`` (errno ``EDEADLK``): it would wait behind itself.
-/// A dead reader or writer never blocks the others (the next grant is told ``owner_died``).
+/// A grant belongs to the process, as a ``fairlock.Lock``'s: any thread may release it, and a
+/// thread that asks again waits in line like anyone (a thread holding a read that asks to
+/// write waits behind its own read: release it first). A dead reader or writer never blocks
+/// the others (the next grant is told ``owner_died``).
 /// With a ``lease``, each grant has its own: any number of threads of a process may hold leased
 /// reads at once. ``name``: the reader/writer lock of that name in a file of named locks (as
 /// for ``Lock``).
@@ -47,12 +48,14 @@ impl RWLock {
                 py,
                 RWLockSide {
                     handle: Arc::new(read),
+                    grants: Grants::default(),
                 },
             )?,
             write: Py::new(
                 py,
                 RWLockSide {
                     handle: Arc::new(write),
+                    grants: Grants::default(),
                 },
             )?,
         })
@@ -95,8 +98,14 @@ impl RWLock {
         self.read.get().handle.lease().map(|d| d.as_secs_f64())
     }
 
-    fn __repr__(&self) -> String {
-        object::repr("RWLock", &self.read.get().handle)
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let me = slf.get();
+        let (read, write) = (me.read.get(), me.write.get());
+        let held = read.grants.count() + write.grants.count() > 0;
+        // Held at all, either way: the file's holders (the read side's handle asks for reads).
+        let locked =
+            held || fairlock::inspect(read.handle.path()).is_ok_and(|st| !st.holders.is_empty());
+        object::repr("RWLock", &read.handle, locked, "", slf.as_ptr())
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
@@ -110,11 +119,12 @@ impl RWLock {
 #[pyclass(frozen, weakref, module = "fairlock", name = "RWLockSide")]
 pub(crate) struct RWLockSide {
     handle: Arc<Handle>,
+    grants: Grants,
 }
 
 #[pymethods]
 impl RWLockSide {
-    /// Waits in line for this side and returns True once it is this thread's; as
+    /// Waits in line for this side and returns True once it is this process's; as
     /// ``threading.Lock.acquire`` (``blocking=False``: only if granted at once, never jumping
     /// the queue; ``timeout``: seconds, then False). The GIL is released while waiting, and
     /// Ctrl-C ends the wait.
@@ -124,52 +134,48 @@ impl RWLockSide {
     )]
     fn acquire(&self, py: Python<'_>, blocking: Blocking, timeout: Timeout) -> PyResult<bool> {
         let wait = Wait::from_threading(py, blocking, timeout)?;
-        acquire::acquire(py, &self.handle, wait)
+        process::acquire(py, &self.handle, &self.grants, wait)
     }
 
-    /// Releases this thread's grant of this side. ``RuntimeError`` if it holds none,
-    /// ``fairlock.LockLost`` if it was taken over meanwhile (its lease ran out).
+    /// Releases the oldest grant of this side that this object holds, from any thread.
+    /// ``RuntimeError`` if it holds none, ``fairlock.LockLost`` if it was taken over meanwhile
+    /// (its lease ran out).
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        object::release(py, &self.handle, false)
+        process::release(py, &self.handle, &self.grants)
     }
 
     /// True if this side is held, by any thread of any process (the read side: by at least one
     /// reader).
     fn locked(&self, py: Python<'_>) -> PyResult<bool> {
-        if let Holding::Yes { .. } = held::holding(&self.handle) {
+        if self.grants.count() > 0 {
             return Ok(true);
         }
-        let path = self.handle.path();
-        let st = py
-            .detach(|| fairlock::inspect(path))
-            .map_err(|e| errors::to_py(py, e))?;
-        let write = self.handle.rw_side() == Some(true);
-        Ok(st.holders.iter().any(|h| h.shared != write))
+        object::locked_in_file(py, &self.handle)
     }
 
-    /// None while this thread's grant is still its own; ``fairlock.LockLost`` if it was taken
-    /// over, ``RuntimeError`` if this thread holds none.
+    /// None while this object's newest grant is still its own; ``fairlock.LockLost`` if it was
+    /// taken over, ``RuntimeError`` if it holds none.
     fn check(&self, py: Python<'_>) -> PyResult<()> {
-        object::check(py, &self.handle)
+        process::check(py, &self.handle, &self.grants)
     }
 
-    /// Renews the lease to ``seconds`` from now.
+    /// Renews the newest grant's lease to ``seconds`` from now.
     fn extend(&self, py: Python<'_>, seconds: f64) -> PyResult<()> {
-        object::extend(py, &self.handle, seconds)
+        process::extend(py, &self.handle, &self.grants, seconds)
     }
 
-    /// The fencing token of this thread's grant. A write's token exceeds that of every grant
-    /// before it, reads included.
+    /// The fencing token of this object's newest grant. A write's token exceeds that of every
+    /// grant before it, reads included.
     #[getter]
     fn token(&self) -> PyResult<u64> {
-        object::with_grant(&self.handle, |g| g.token())
+        process::with_grant(&self.handle, &self.grants, |g| g.token())
     }
 
     /// True if a holder before this grant did not give its grant back (it died, or its lease
     /// was taken over).
     #[getter]
     fn owner_died(&self) -> PyResult<bool> {
-        object::with_grant(&self.handle, |g| g.owner_died())
+        process::with_grant(&self.handle, &self.grants, |g| g.owner_died())
     }
 
     /// "read" or "write".
@@ -183,22 +189,23 @@ impl RWLockSide {
     }
 
     fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {
-        acquire::acquire(py, &self.handle, Wait::Forever)
+        process::acquire(py, &self.handle, &self.grants, Wait::Forever)
     }
 
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
-        object::release(py, &self.handle, false)
+        process::release(py, &self.handle, &self.grants)
     }
 
-    fn __repr__(&self) -> String {
-        object::repr(
-            if self.handle.rw_side() == Some(true) {
-                "RWLock write side"
-            } else {
-                "RWLock read side"
-            },
-            &self.handle,
-        )
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let me = slf.get();
+        let locked =
+            me.grants.count() > 0 || object::locked_in_file(slf.py(), &me.handle).unwrap_or(false);
+        let class = if me.handle.rw_side() == Some(true) {
+            "RWLockSide (write)"
+        } else {
+            "RWLockSide (read)"
+        };
+        object::repr(class, &me.handle, locked, "", slf.as_ptr())
     }
 }

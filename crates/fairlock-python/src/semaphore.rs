@@ -173,22 +173,23 @@ impl Semaphore {
         }
         let taken: Vec<(u64, SemaphorePermit<'static>)> = {
             let mut permits = self.permits.lock().unwrap_or_else(|e| e.into_inner());
+            let inherited = forget_inherited(&mut permits);
             if (permits.len() as i64) < n {
+                if inherited && permits.is_empty() {
+                    // Only the parent's permits: not this process's to give back.
+                    return Err(errors::to_py(
+                        py,
+                        Error::LockLost {
+                            path: self.sem.path().to_path_buf(),
+                        },
+                    ));
+                }
                 return Err(PyValueError::new_err("Semaphore released too many times"));
             }
             permits.drain(..n as usize).collect()
         };
-        let generation = held::fork_generation();
         let mut lost = None;
-        for (g, p) in taken {
-            if g != generation {
-                // Inherited through fork: the parent's permit; the library releases nothing.
-                std::mem::forget(p);
-                lost = Some(Error::LockLost {
-                    path: self.sem.path().to_path_buf(),
-                });
-                continue;
-            }
+        for (_, p) in taken {
             if let Err(e) = py.detach(|| p.unlock()) {
                 lost = Some(e);
             }
@@ -199,10 +200,12 @@ impl Semaphore {
         }
     }
 
-    /// How many permits this object holds.
+    /// How many permits this object holds (in a forked child: its own, not its parent's).
     #[getter]
     fn held(&self) -> usize {
-        self.permits.lock().unwrap_or_else(|e| e.into_inner()).len()
+        let mut permits = self.permits.lock().unwrap_or_else(|e| e.into_inner());
+        forget_inherited(&mut permits);
+        permits.len()
     }
 
     /// The semaphore's number of permits.
@@ -297,6 +300,18 @@ impl Semaphore {
     fn last(&self) -> Option<(u64, bool)> {
         *self.last_grant.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Takes the permits inherited through `fork` (the parent's: the library releases nothing of
+/// them in the child) out of `permits`, so that a child's `release()` gives back its own; true
+/// if there were any.
+fn forget_inherited(permits: &mut Vec<(u64, SemaphorePermit<'static>)>) -> bool {
+    let generation = held::fork_generation();
+    let before = permits.len();
+    permits.retain_mut(|(g, _)| *g == generation);
+    // `retain_mut` drops the others: dropping a permit in the child releases nothing (the
+    // library refuses to release a parent's grant), as forgetting it would.
+    permits.len() != before
 }
 
 /// Unpickles a `Semaphore` (with no permits: permits are not pickled).
