@@ -11,8 +11,8 @@ use crate::raw::owned_guard::extend_borrow;
 
 /// A grant that belongs to the **process**, not to the thread that took it (from
 /// [`FairLock::lock_process`](crate::FairLock::lock_process), the read and write sides of a
-/// [`FairRwLock`](crate::FairRwLock), and their `try_`, `_timeout` and `_interruptible`
-/// forms): the shape of `threading.Lock` and of an async task's lock, which may migrate
+/// [`FairRwLock`](crate::FairRwLock), [`FairSemaphore::acquire_process`](crate::FairSemaphore::acquire_process),
+/// and their `try_`, `_timeout` and `_interruptible` forms): the shape of `threading.Lock` and of an async task's lock, which may migrate
 /// between threads.
 ///
 /// * It is `Send` and `Sync`: any thread may release it, check it or extend its lease.
@@ -111,6 +111,28 @@ impl ProcessGuard {
     /// The lease this grant was made with, if any.
     pub fn lease(&self) -> Option<Duration> {
         self.guard.lease()
+    }
+
+    /// A new descriptor (close-on-exec) of the open file description whose OFD locks tell the
+    /// other users of the lock file that this process lives (its beacon). A child that
+    /// inherits it — clear `FD_CLOEXEC` in the child before `exec` — keeps this process's
+    /// grants of the file alive after this process dies, until the child, and every process
+    /// it passed the descriptor on to, has closed it or ended; the next holder is then told
+    /// [`owner_died`](Self::owner_died) (unless a living copy of this guard released first).
+    /// This is how `fairlock run` gives its command the lock, as flock(1)'s child inherits
+    /// it: a wrapper killed while its command runs does not free the lock under the command.
+    /// It covers every grant this process holds in the file (they share its beacon), and
+    /// only process grants (a thread's grant also ends with its thread).
+    ///
+    /// # Errors
+    /// [`Error::Io`](crate::Error::Io) if the descriptor cannot be duplicated.
+    pub fn share_liveness(&self) -> Result<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        self.view
+            .beacon_fd()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| crate::Error::io(&self.view.path, "duplicate the beacon descriptor", e))
     }
 
     /// Releases the grant and reports whether it was still ours.

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::raw::acquire::Mode;
 use crate::raw::handle::RawLock;
 use crate::raw::owned_guard::arc_guard;
-use crate::raw::surface::acquire_surface;
+use crate::raw::surface::{acquire_surface, process_surface};
 
 /// A strictly fair counting semaphore shared by threads and processes through a lock file: at
 /// most `permits` holders at once, each acquisition granted in arrival order (one permit per
@@ -87,6 +87,15 @@ impl FairSemaphore {
         names: [
             acquire, try_acquire, acquire_timeout, acquire_until, acquire_interruptible,
             acquire_arc, try_acquire_arc, acquire_arc_timeout,
+        ],
+    }
+
+    process_surface! {
+        what: "a permit",
+        mode: Mode::Shared,
+        names: [
+            acquire_process, try_acquire_process, acquire_process_timeout,
+            acquire_process_interruptible,
         ],
     }
 }

@@ -399,6 +399,11 @@ impl Shared {
         (u64::from(tid) << 32) | (t & 0xFFFF_FFFF)
     }
 
+    /// The descriptor of this process's beacon for the file (see `ProcessGuard::share_liveness`).
+    pub(crate) fn beacon_fd(&self) -> &File {
+        self.beacon.file()
+    }
+
     /// The thread id of our thread holding the lock, 0 if none.
     #[inline]
     pub(crate) fn holder_tid(&self) -> u32 {

@@ -42,8 +42,9 @@ pub struct RunArgs {
     /// own kind).
     #[arg(long, value_name = "KEY")]
     pub name: Option<String>,
-    /// Accepted for flock(1)'s habits and always in effect: the command never inherits the
-    /// lock (fairlock holds it, and releases it when the command ends).
+    /// The command does not keep the lock alive: without -o it inherits what does, so that
+    /// the lock stays held until the command ends even if fairlock is killed (as flock(1)'s
+    /// child inherits the lock); with -o a killed fairlock frees it at once.
     #[arg(short = 'o', long = "close", overrides_with = "close")]
     pub close: bool,
     /// Give up (exit 1, see -E) after waiting SECS seconds (fractions allowed: 0.5).

@@ -25,6 +25,10 @@ pub struct Grant<'a> {
     pub owner_died: bool,
     /// FAIRLOCK_FILE: the lock file's absolute path, or the etcd:// address.
     pub lock: &'a OsStr,
+    /// The grant whose liveness the command inherits (`ProcessGuard::share_liveness`), so
+    /// that the lock outlives a `fairlock` killed while the command runs. `None` for etcd (a
+    /// lease kept by `fairlock`) and with `-o`.
+    pub keep_alive: Option<&'a fairlock::ProcessGuard>,
 }
 
 /// How the command ended.
@@ -60,18 +64,28 @@ impl Ended {
 /// `--kill-on-lost`, the command then gets SIGTERM). The lock is released by the caller,
 /// after this returns.
 pub fn run(a: &RunArgs, grant: &Grant<'_>, lost: &dyn Fn() -> bool) -> Result<Ended, Failure> {
-    // Before the command, so that the command does not inherit the sentinel's pipe.
+    // Before the command, so that the command does not inherit the sentinel's pipe; and
+    // before the descriptor that keeps the grant alive, which the sentinel (a forked copy of
+    // this process that dies only after it) must not hold.
     let mut sentinel = Sentinel::start();
-    let mut child = command(a, grant)
+    let liveness = match grant.keep_alive {
+        Some(g) => Some(g.share_liveness().map_err(|e| {
+            Failure::new(exit::OS, format!("keeping the lock for the command: {e}"))
+        })?),
+        None => None,
+    };
+    let mut child = command(a, grant, liveness.as_ref())
         .spawn()
         .map_err(|e| spawn_failure(a, &e))?;
+    drop(liveness); // the command has its copy
     let outcome = supervise(&mut child, lost, a, sentinel.as_mut());
     drop(sentinel);
     outcome.map_err(|e| Failure::new(exit::OS, format!("waiting for the command: {e}")))
 }
 
-/// The command, with FAIRLOCK_TOKEN, FAIRLOCK_FILE and FAIRLOCK_OWNER_DIED.
-fn command(a: &RunArgs, grant: &Grant<'_>) -> Command {
+/// The command, with FAIRLOCK_TOKEN, FAIRLOCK_FILE and FAIRLOCK_OWNER_DIED, inheriting
+/// `liveness` (see [`Grant::keep_alive`]).
+fn command(a: &RunArgs, grant: &Grant<'_>, liveness: Option<&OwnedFd>) -> Command {
     let mut cmd = match &a.shell {
         Some(script) => {
             let mut c = Command::new("/bin/sh");
@@ -84,10 +98,19 @@ fn command(a: &RunArgs, grant: &Grant<'_>) -> Command {
             c
         }
     };
+    let liveness = liveness.map(AsRawFd::as_raw_fd);
     // SAFETY: the closure runs in the child between fork and exec and only makes
-    // async-signal-safe calls (sigaction, pthread_sigmask); see `inherited`.
+    // async-signal-safe calls (sigaction, pthread_sigmask, fcntl); see `inherited`.
     unsafe {
-        cmd.pre_exec(inherited::restore_in_child);
+        cmd.pre_exec(move || {
+            if let Some(fd) = liveness {
+                // Kept across exec: the command keeps the grant alive.
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            inherited::restore_in_child()
+        });
     }
     cmd.env("FAIRLOCK_TOKEN", grant.token.to_string())
         .env("FAIRLOCK_FILE", grant.lock)

@@ -152,6 +152,7 @@ pub fn run(a: &RunArgs, address: &str) -> Result<u8, Failure> {
         token: guard.token(),
         owner_died: guard.owner_died(),
         lock: address.as_ref(),
+        keep_alive: None,
     };
     // The lease is always there with etcd: watch it whether or not --lease was given.
     let ended = child::run(a, &grant, &|| guard.check().is_err())?;

@@ -6,8 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use fairlock::{
-    Error, FairLock, FairRwLock, FairSemaphore, Fairness, LockGuard, LockKind, OpenOptions, Result,
-    RwLockReadGuard, RwLockWriteGuard, SemaphorePermit,
+    FairLock, FairRwLock, FairSemaphore, Fairness, LockKind, OpenOptions, ProcessGuard, Result,
 };
 
 use crate::args::RunArgs;
@@ -20,13 +19,9 @@ pub enum Lock {
     Permit(FairSemaphore),
 }
 
-/// A grant of any kind.
-pub enum Held<'a> {
-    Exclusive(LockGuard<'a>),
-    Read(RwLockReadGuard<'a>),
-    Write(RwLockWriteGuard<'a>),
-    Permit(SemaphorePermit<'a>),
-}
+/// A grant of any kind: the process's (`ProcessGuard`), so that the command can be given its
+/// liveness (`ProcessGuard::share_liveness`).
+pub type Held = ProcessGuard;
 
 /// What the run asks for, before the file is looked at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,33 +110,33 @@ pub fn permits_hint(a: &RunArgs, path: &Path, e: &fairlock::Error) -> Option<Str
 
 impl Lock {
     /// Waits in line.
-    pub fn lock(&self) -> Result<Held<'_>> {
-        Ok(match self {
-            Lock::Exclusive(l) => Held::Exclusive(l.lock()?),
-            Lock::Read(l) => Held::Read(l.read()?),
-            Lock::Write(l) => Held::Write(l.write()?),
-            Lock::Permit(s) => Held::Permit(s.acquire()?),
-        })
+    pub fn lock(&self) -> Result<Held> {
+        match self {
+            Lock::Exclusive(l) => l.lock_process(),
+            Lock::Read(l) => l.read_process(),
+            Lock::Write(l) => l.write_process(),
+            Lock::Permit(s) => s.acquire_process(),
+        }
     }
 
     /// Only if granted at once (never jumping the queue).
-    pub fn try_lock(&self) -> Result<Held<'_>> {
-        Ok(match self {
-            Lock::Exclusive(l) => Held::Exclusive(l.try_lock()?),
-            Lock::Read(l) => Held::Read(l.try_read()?),
-            Lock::Write(l) => Held::Write(l.try_write()?),
-            Lock::Permit(s) => Held::Permit(s.try_acquire()?),
-        })
+    pub fn try_lock(&self) -> Result<Held> {
+        match self {
+            Lock::Exclusive(l) => l.try_lock_process(),
+            Lock::Read(l) => l.try_read_process(),
+            Lock::Write(l) => l.try_write_process(),
+            Lock::Permit(s) => s.try_acquire_process(),
+        }
     }
 
     /// Waits in line for at most `d`.
-    pub fn lock_timeout(&self, d: Duration) -> Result<Held<'_>> {
-        Ok(match self {
-            Lock::Exclusive(l) => Held::Exclusive(l.lock_timeout(d)?),
-            Lock::Read(l) => Held::Read(l.read_timeout(d)?),
-            Lock::Write(l) => Held::Write(l.write_timeout(d)?),
-            Lock::Permit(s) => Held::Permit(s.acquire_timeout(d)?),
-        })
+    pub fn lock_timeout(&self, d: Duration) -> Result<Held> {
+        match self {
+            Lock::Exclusive(l) => l.lock_process_timeout(d),
+            Lock::Read(l) => l.read_process_timeout(d),
+            Lock::Write(l) => l.write_process_timeout(d),
+            Lock::Permit(s) => s.acquire_process_timeout(d),
+        }
     }
 
     /// How `-v` names what was taken: "", "a read of ", "a write of ", "a permit of ".
@@ -151,52 +146,6 @@ impl Lock {
             Lock::Read(_) => "a read of ",
             Lock::Write(_) => "a write of ",
             Lock::Permit(_) => "a permit of ",
-        }
-    }
-}
-
-impl Held<'_> {
-    pub fn token(&self) -> u64 {
-        match self {
-            Held::Exclusive(g) => g.token(),
-            Held::Read(g) => g.token(),
-            Held::Write(g) => g.token(),
-            Held::Permit(g) => g.token(),
-        }
-    }
-
-    pub fn owner_died(&self) -> bool {
-        match self {
-            Held::Exclusive(g) => g.owner_died(),
-            Held::Read(g) => g.owner_died(),
-            Held::Write(g) => g.owner_died(),
-            Held::Permit(g) => g.owner_died(),
-        }
-    }
-
-    pub fn check(&self) -> Result<()> {
-        match self {
-            Held::Exclusive(g) => g.check(),
-            Held::Read(g) => g.check(),
-            Held::Write(g) => g.check(),
-            Held::Permit(g) => g.check(),
-        }
-    }
-
-    /// Records "held since now" for `fairlock status` (the exclusive lock's uncontended grant
-    /// skips it; the other kinds are stamped when they are granted).
-    pub fn stamp_time(&self) {
-        if let Held::Exclusive(g) = self {
-            g.stamp_time();
-        }
-    }
-
-    pub fn unlock(self) -> std::result::Result<(), Error> {
-        match self {
-            Held::Exclusive(g) => g.unlock(),
-            Held::Read(g) => g.unlock(),
-            Held::Write(g) => g.unlock(),
-            Held::Permit(g) => g.unlock(),
         }
     }
 }

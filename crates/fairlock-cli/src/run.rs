@@ -64,13 +64,18 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
             },
         );
     }
-    guard.stamp_time(); // so that `fairlock status` can show "held for"
     signals::install().map_err(|e| Failure::new(exit::OS, format!("sigaction: {e}")))?;
     let file = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let grant = Grant {
         token: guard.token(),
         owner_died: guard.owner_died(),
         lock: file.as_os_str(),
+        // The command inherits what keeps the grant alive: if `fairlock` itself is killed
+        // while the command runs, the lock stays held until the command (and whatever it
+        // handed the descriptor on to) ends, and the next holder is told the owner died — as
+        // flock(1)'s child keeps its lock. Not with -o (flock's "the command does not hold
+        // the lock").
+        keep_alive: (!a.close).then_some(&guard),
     };
     let ended = child::run(a, &grant, &|| a.lease.is_some() && guard.check().is_err())?;
     let lost_at_release = matches!(guard.unlock(), Err(Error::LockLost { .. }));
@@ -101,11 +106,7 @@ pub fn main(a: &RunArgs) -> Result<u8, Failure> {
 }
 
 /// Waits for the lock as the options say (`remaining`: what is left of `-w`).
-fn acquire<'a>(
-    lock: &'a Lock,
-    a: &RunArgs,
-    remaining: Option<Duration>,
-) -> Result<Held<'a>, Failure> {
+fn acquire(lock: &Lock, a: &RunArgs, remaining: Option<Duration>) -> Result<Held, Failure> {
     let path = a.lockfile.as_path();
     if a.nonblock {
         return lock.try_lock().map_err(|e| match e {

@@ -62,7 +62,9 @@ fn masks(status: &str) -> (u64, u64) {
 }
 
 /// Bug 1: `fairlock run d.lock sleep 5 & kill -9 $!; fairlock run -n d.lock echo ok` exited 1
-/// ("held or has waiters") forever, and `status` showed the dead pid as the holder.
+/// ("held or has waiters") forever, and `status` showed the dead pid as the holder. The crash
+/// here takes the run and its command (the command alone keeps the lock alive: see
+/// `the_command_keeps_the_lock_when_fairlock_is_killed`).
 #[test]
 fn nonblock_after_a_killed_holder_runs_and_is_told() {
     let d = TempDir::new("habits-cron");
@@ -71,7 +73,7 @@ fn nonblock_after_a_killed_holder_runs_and_is_told() {
         r#"
         "$FL" run "$D/d.lock" sleep 3 >/dev/null 2>&1 & pid=$!
         i=0; while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
-        kill -9 $pid; wait $pid 2>/dev/null
+        kids=$(pgrep -P $pid); kill -9 $pid $kids; wait $pid 2>/dev/null; for k in $kids; do while [ -e /proc/$k ] && ! grep -q '^State:.*Z' /proc/$k/status 2>/dev/null; do sleep 0.01; done; done
         "$FL" status "$D/d.lock"
         "$FL" run -n "$D/d.lock" sh -c 'echo "ran died=$FAIRLOCK_OWNER_DIED"'; echo "n: $?"
         "$FL" run -n "$D/d.lock" sh -c 'echo "again died=$FAIRLOCK_OWNER_DIED"'; echo "n: $?"
@@ -98,7 +100,7 @@ fn zero_and_short_waits_after_a_killed_holder_run() {
             r#"
             "$FL" run "$D/d.lock" sleep 3 >/dev/null 2>&1 & pid=$!
             i=0; while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
-            kill -9 $pid; wait $pid 2>/dev/null
+            kids=$(pgrep -P $pid); kill -9 $pid $kids; wait $pid 2>/dev/null; for k in $kids; do while [ -e /proc/$k ] && ! grep -q '^State:.*Z' /proc/$k/status 2>/dev/null; do sleep 0.01; done; done
             "$FL" run -w {w} "$D/d.lock" sh -c 'echo "ran died=$FAIRLOCK_OWNER_DIED"'; echo "w: $?"
             "#
         );
@@ -356,7 +358,7 @@ fn status_says_a_dead_holder_is_dead() {
         "$FL" run "$D/d.lock" sleep 3 >/dev/null 2>&1 & pid=$!
         i=0; while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
         "$FL" status --json "$D/d.lock"; echo
-        kill -9 $pid; wait $pid 2>/dev/null
+        kids=$(pgrep -P $pid); kill -9 $pid $kids; wait $pid 2>/dev/null; for k in $kids; do while [ -e /proc/$k ] && ! grep -q '^State:.*Z' /proc/$k/status 2>/dev/null; do sleep 0.01; done; done
         "$FL" status "$D/d.lock"; "$FL" status --json "$D/d.lock"
         "#,
     );
@@ -486,5 +488,86 @@ fn mode_sets_the_permission_bits_of_a_new_lock_file() {
         let o = run(&["--mode", bad, own, "true"]);
         assert_eq!(o.status.code(), Some(64), "{bad}: {}", err(&o));
         assert!(err(&o).contains("octal"), "{bad}: {}", err(&o));
+    }
+}
+
+/// `fairlock run L -- job`, then `fairlock` SIGKILLed while `job` runs (the OOM killer, `timeout
+/// -s KILL`, a crashed supervisor): the job keeps the lock, as flock(1)'s child does, for
+/// every kind; when the job ends, the next holder is told the owner died. With `-o` (flock's
+/// "the command does not hold the lock") it is freed with `fairlock`.
+#[test]
+fn the_command_keeps_the_lock_when_fairlock_is_killed() {
+    let d = TempDir::new("habits-wrapper-killed");
+    for (kind, flags) in [
+        ("exclusive", &[][..]),
+        ("write", &["-x"][..]),
+        ("permit", &["--permits", "1"][..]),
+        ("named", &["--name", "job"][..]),
+        // flock's -o: the command does not hold the lock; a killed fairlock frees it at once.
+        ("close", &["-o"][..]),
+    ] {
+        let lock = d.join(kind);
+        let started = d.join(&format!("{kind}.started"));
+        let release = d.join(&format!("{kind}.release"));
+        let mut wrapper = Command::new(BIN)
+            .arg("run")
+            .args(flags)
+            .arg(&lock)
+            .args(["--", "/bin/sh", "-c"])
+            .arg(format!(
+                "touch {s}; while [ ! -e {r} ]; do sleep 0.02; done",
+                s = started.display(),
+                r = release.display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn fairlock run");
+        wait_until(Duration::from_secs(30), "the job to start", || {
+            started.exists()
+        });
+        common::chaos::signal(wrapper.id(), libc::SIGKILL);
+        let _ = wrapper.wait();
+        let other = |extra: &[&str]| {
+            Command::new(BIN)
+                .arg("run")
+                .args(flags)
+                .args(extra)
+                .arg(&lock)
+                .args(["--", "/bin/sh", "-c", "echo $FAIRLOCK_OWNER_DIED"])
+                .output()
+                .expect("run fairlock")
+        };
+        let o = other(&["-n"]);
+        if kind == "close" {
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "-o: freed with fairlock: {}",
+                err(&o)
+            );
+            assert_eq!(
+                out(&o).trim(),
+                "1",
+                "-o: the next holder is told the owner died"
+            );
+            std::fs::write(&release, b"").unwrap();
+            continue;
+        }
+        assert_ne!(
+            o.status.code(),
+            Some(0),
+            "{kind}: another run got the lock while the job still ran: {}",
+            out(&o)
+        );
+        std::fs::write(&release, b"").unwrap();
+        let o = other(&["-w", "20"]);
+        assert_eq!(o.status.code(), Some(0), "{kind}: {}", err(&o));
+        assert_eq!(
+            out(&o).trim(),
+            "1",
+            "{kind}: the next holder is told the owner died"
+        );
     }
 }

@@ -13,7 +13,7 @@
 //! | `fcntl-*`: the same over fcntl locks | — | does not apply: fairlock has one kind of lock |
 //! | `timeout`: `--timeout 5 -E 5` waits for the holder | [`timeout_waits_for_the_holder`] | |
 //! | `time-check`: that wait lasts as long as the holder held | [`timeout_waits_for_the_holder`] | |
-//! | `close`: `--close` keeps the lock from the command's children | [`the_command_never_inherits_the_lock`] | fairlock never hands the lock to the command (`-o` is the default and accepted); the second half of the original (without `--close` the child shares the parent's lock through the inherited descriptor) does not apply |
+//! | `close`: `--close` keeps the lock from the command's children | [`the_command_never_inherits_the_lock`] | the command never holds the lock itself: its own `fairlock run -n` on the file finds it held, with or without `-o`; what it inherits (without `-o`) is the lock's liveness, so that it keeps the lock if `fairlock` is killed (`cli_flock_habits::the_command_keeps_the_lock_when_fairlock_is_killed`); the second half of the original (the child re-locking through the shared descriptor) does not apply |
 //! | `unlock`: `--wait 0` is `--nonblock`; `--verbose` | [`wait_zero_is_nonblock`] | |
 //! | `unlock`: `flock --unlock FD` releases a descriptor's lock early | [`unlock_by_descriptor`] | `fairlock unlock FD` |
 //! | exit codes: 64 usage, 66 cannot open, 1 (or `-E`) conflict | [`exit_codes`] | |
