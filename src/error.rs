@@ -141,6 +141,19 @@ pub enum Error {
         /// Which option, and why.
         what: String,
     },
+    /// The lock file cannot be opened for writing (`in_directory`: it does not exist and
+    /// cannot be created in its directory). Every user of a lock needs write access to its
+    /// file, because the lock's state lives in the file (flock(1) needs only read access: the
+    /// kernel keeps its lock). Give the users a group and the file mode `0660`
+    /// ([`OpenOptions::mode`](crate::OpenOptions::mode), `fairlock run --mode 660`).
+    NoWriteAccess {
+        /// The lock file.
+        path: PathBuf,
+        /// Whether it was its directory that refused (the file did not exist).
+        in_directory: bool,
+        /// What the system said (`EACCES`, `EPERM`, `EROFS`).
+        source: io::Error,
+    },
     /// An operating-system call failed; the error it returned is [`source`](std::error::Error::source).
     Io {
         /// The lock file concerned (empty when none).
@@ -195,6 +208,7 @@ impl Error {
             | Error::TooManyNames { path, .. }
             | Error::TooManyOpenFiles { path, .. }
             | Error::InitLocked { path }
+            | Error::NoWriteAccess { path, .. }
             | Error::Io { path, .. } => *path = new.to_path_buf(),
             Error::InvalidOption { .. } => {}
         }
@@ -219,7 +233,8 @@ impl Error {
             | Error::TooManyParticipants { path, .. }
             | Error::TooManyNames { path, .. }
             | Error::TooManyOpenFiles { path, .. }
-            | Error::InitLocked { path } => Some(path),
+            | Error::InitLocked { path }
+            | Error::NoWriteAccess { path, .. } => Some(path),
             Error::Io { path, .. } => Some(path.as_path()).filter(|p| !p.as_os_str().is_empty()),
             Error::InvalidOption { .. } => None,
         }
@@ -244,7 +259,7 @@ impl Error {
             Error::TooManyParticipants { .. }
             | Error::TooManyNames { .. }
             | Error::TooManyOpenFiles { .. } => K::ResourceBusy,
-            Error::Io { source, .. } => source.kind(),
+            Error::NoWriteAccess { source, .. } | Error::Io { source, .. } => source.kind(),
         }
     }
 }
@@ -331,6 +346,20 @@ impl fmt::Display for Error {
                 path.display()
             ),
             Error::InvalidOption { what } => write!(f, "invalid option: {what}"),
+            Error::NoWriteAccess {
+                path,
+                in_directory,
+                source,
+            } => write!(
+                f,
+                "{}: {} ({source}): every user of a lock needs write access to its file, where the lock's state lives (flock(1) needs only read access: the kernel keeps its lock); share it through a group with mode 660 (fairlock run --mode 660, OpenOptions::mode)",
+                path.display(),
+                if *in_directory {
+                    "cannot be created: no write access to its directory"
+                } else {
+                    "no write access"
+                }
+            ),
             Error::Io { path, op, source } => {
                 if path.as_os_str().is_empty() {
                     write!(f, "{op} failed: {source}")

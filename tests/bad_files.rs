@@ -755,3 +755,96 @@ fn a_file_used_by_a_process_without_a_boot_id_is_not_re_initialised_by_one_with(
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     assert!(child.wait().unwrap().success(), "worker failed");
 }
+
+/// A user without write access to a lock file (or, to create one, to its directory) gets
+/// `NoWriteAccess`, whose message says why every user needs it; `inspect` (read-only) still
+/// works. Run as another user (nobody) in a forked child when this test runs as root;
+/// otherwise the files' modes alone refuse us.
+#[test]
+fn no_write_access_is_said_plainly() {
+    // Under /tmp, which every user may traverse (the test run's own temporary directory may
+    // be private to its user, and refuse nobody for that reason instead).
+    struct Removed(std::path::PathBuf);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ =
+                std::fs::set_permissions(self.0.join("ro"), std::fs::Permissions::from_mode(0o755));
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let dir = Removed(std::path::PathBuf::from(format!(
+        "/tmp/fairlock-it-no-write-access-{}",
+        std::process::id()
+    )));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let file = dir.0.join("l");
+    drop(FairLock::open(&file).unwrap());
+    let sub = dir.0.join("ro");
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let check = || -> i32 {
+        let existing = match FairLock::open(&file) {
+            Err(
+                e @ Error::NoWriteAccess {
+                    in_directory: false,
+                    ..
+                },
+            ) => e,
+            other => return if other.is_ok() { 10 } else { 11 },
+        };
+        let msg = existing.to_string();
+        if !(msg.contains("no write access")
+            && msg.contains("Permission denied")
+            && msg.contains("flock(1) needs only read access")
+            && msg.contains(&file.display().to_string()))
+        {
+            return 12;
+        }
+        if existing.kind() != std::io::ErrorKind::PermissionDenied {
+            return 13;
+        }
+        match FairLock::open(sub.join("new")) {
+            Err(Error::NoWriteAccess {
+                in_directory: true, ..
+            }) => {}
+            _ => return 14,
+        }
+        if fairlock::inspect(&file).is_err() {
+            return 15;
+        }
+        0
+    };
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        assert_eq!(check(), 0);
+        return;
+    }
+    // SAFETY: the child only drops privileges, opens files and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: plain system calls; the child exits right after.
+        let code = unsafe {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
+                20
+            } else {
+                check()
+            }
+        };
+        // SAFETY: `_exit` never returns.
+        unsafe { libc::_exit(code) }
+    }
+    let mut status = 0;
+    // SAFETY: `pid` is our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status), "child died: {status}");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "step failed (see the codes in `check`)"
+    );
+}

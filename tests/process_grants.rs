@@ -240,3 +240,36 @@ fn a_forked_child_does_not_hold_its_parents_process_grant() {
     grant.check().expect("still the parent's");
     grant.unlock().unwrap();
 }
+
+/// A thread that took a read process grant and handed it to another thread holds nothing: its
+/// own thread reads are granted beside that read and its writes wait, never refused as
+/// re-entries (the slot of a process grant names no thread).
+#[test]
+fn a_handed_off_process_read_leaves_its_taker_free_to_ask() {
+    let dir = TempDir::new("process-handoff");
+    let rw = FairRwLock::open(dir.join("rw")).unwrap();
+    let grant = rw.read_process().unwrap();
+    let (tx, rx) = mpsc::channel::<()>();
+    let keeper = std::thread::spawn(move || {
+        rx.recv().unwrap();
+        grant.unlock()
+    });
+    let r = rw.try_read().map(drop);
+    let w = rw.write_timeout(Duration::from_millis(50));
+    tx.send(()).unwrap();
+    keeper.join().unwrap().unwrap();
+    assert!(r.is_ok(), "try_read beside another thread's read: {r:?}");
+    assert!(matches!(w, Err(Error::Timeout { .. })), "write: {w:?}");
+}
+
+/// The thread that holds a process read and asks for a thread write waits behind it (a
+/// timeout here), as the docs say: it is not refused as a re-entry.
+#[test]
+fn a_thread_grant_asked_by_the_holder_of_a_process_grant_waits() {
+    let dir = TempDir::new("process-then-thread");
+    let rw = FairRwLock::open(dir.join("rw")).unwrap();
+    let grant = rw.read_process().unwrap();
+    let w = rw.write_timeout(Duration::from_millis(30));
+    grant.unlock().unwrap();
+    assert!(matches!(w, Err(Error::Timeout { .. })), "waits: {w:?}");
+}

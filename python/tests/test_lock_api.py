@@ -336,7 +336,7 @@ def test_status_has_the_keys_of_the_cli_json(lock_path):
         assert st["holders"] == [st["holder"]]
         assert st["held"] is True and st["path"] == lock_path
         assert st["owner_pid"] == os.getpid()
-        assert st["owner_tid"] == threading.get_native_id()
+        assert st["owner_tid"] is None  # a Lock's grant is the process's, not a thread's
         assert st["token"] == lock.token
         assert set(st["holder"]) == {
             "ticket", "token", "state", "pid", "tid", "alive", "held_ms",
@@ -348,6 +348,9 @@ def test_status_has_the_keys_of_the_cli_json(lock_path):
         assert st["queue"] == [] and st["waiters"] == 0
     st = fairlock.status(lock_path)
     assert st["held"] is False and st["holder"] is None and st["owner_pid"] is None
+    rlock = fairlock.RLock(lock_path + "-r")
+    with rlock:  # an RLock's grant is its thread's
+        assert fairlock.status(lock_path + "-r")["owner_tid"] == threading.get_native_id()
 
 
 def test_pickled_lock_reopens_the_same_file(lock_path):

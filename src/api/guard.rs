@@ -184,11 +184,8 @@ impl<'a> LockGuard<'a> {
     pub fn stamp_time(&self) {
         // Only while the grant is ours: a lost grant's slot may belong to a later ticket.
         if self.check().is_ok() {
-            // A process's grant (thread id 0) is stamped with the thread that stamps it.
-            let tid = match self.tid {
-                0 => crate::sys::thread::current_tid(),
-                tid => tid,
-            };
+            // A process's grant (thread id 0) shows no thread.
+            let tid = self.tid;
             let st = self.shared.state();
             if self.fast() {
                 core::queue::claim::stamp_fast(&st, &self.shared.platform(), self.ticket, tid);

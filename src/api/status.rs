@@ -28,7 +28,8 @@ pub struct TicketInfo {
     pub state: &'static str,
     /// The owning process's pid (in its pid namespace), when known.
     pub pid: Option<u32>,
-    /// The owning thread's id, when known.
+    /// The owning thread's id, when known; `None` for a grant of a process rather than a
+    /// thread (a [`ProcessGuard`](crate::ProcessGuard)).
     pub tid: Option<u32>,
     /// Whether the owning process is alive (its beacon is held); `None` when the owner is not
     /// known (a ticket granted in advance) or cannot be probed. A dead holder or waiter is
@@ -227,7 +228,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
             token: crate::core::state::token_of(g.kind.bypass_bound(), t, bypass),
             state: State::Held.name(),
             pid: v.pid(lw.holder()).filter(|pid| *pid != 0),
-            tid: stamped.then_some(tid),
+            tid: (stamped && tid != 0).then_some(tid),
             alive: v.liveness(lw.holder()).map(|l| l == Liveness::Alive),
             elapsed: stamped.then(|| Duration::from_nanos(now.saturating_sub(since))),
             lease_remaining: None,
@@ -282,7 +283,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
             token: crate::core::state::token_of(g.kind.bypass_bound(), t, 0),
             state: state.name(),
             pid,
-            tid: stamped.then_some(tid),
+            tid: (stamped && tid != 0).then_some(tid),
             alive,
             elapsed: stamped.then(|| Duration::from_nanos(now.saturating_sub(since))),
             lease_remaining,

@@ -56,7 +56,11 @@ pub struct Opened {
     pub id: (u64, u64),
 }
 
-fn open_error(path: &Path, e: io::Error) -> Error {
+fn open_error(path: &Path, e: io::Error, for_writing: bool, create: bool) -> Error {
+    // Refused for writing: the file exists and is not writable for us, or (creating) its
+    // directory is not.
+    let exists = std::fs::symlink_metadata(path).is_ok();
+    let no_write = for_writing && (exists || create);
     match e.raw_os_error() {
         Some(libc::ELOOP) => Error::InvalidPath {
             path: path.to_path_buf(),
@@ -65,6 +69,11 @@ fn open_error(path: &Path, e: io::Error) -> Error {
         Some(libc::EISDIR) => Error::InvalidPath {
             path: path.to_path_buf(),
             what: "is a directory",
+        },
+        Some(libc::EACCES | libc::EPERM | libc::EROFS) if no_write => Error::NoWriteAccess {
+            path: path.to_path_buf(),
+            in_directory: !exists,
+            source: e,
         },
         _ => Error::io(path, "open", e),
     }
@@ -99,7 +108,9 @@ pub(crate) fn open_file(path: &Path, o: &CreateOptions, read_only: bool) -> Resu
         // terminal or a FIFO named by mistake neither adopts it nor blocks (for a regular
         // file, which is all we go on with, neither changes anything).
         .custom_flags(nofollow(path) | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK);
-    let file = oo.open(path).map_err(|e| open_error(path, e))?;
+    let file = oo
+        .open(path)
+        .map_err(|e| open_error(path, e, !read_only, o.create))?;
     let meta = file.metadata().map_err(|e| Error::io(path, "stat", e))?;
     if !meta.file_type().is_file() {
         return Err(Error::InvalidPath {

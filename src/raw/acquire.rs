@@ -275,15 +275,22 @@ impl RawLock {
     /// rather than the calling thread: the grant of a [`ProcessGuard`](crate::ProcessGuard).
     /// It is recorded in no per-thread structure (neither `Hold` nor `thread_leases`), publishes
     /// no thread beacon (its liveness is the process's) and is made with thread id 0, which no
-    /// recorded grant has: any thread may release it, and a thread's exit leaves it alone. A
+    /// recorded grant and no thread has: any thread may release it, a thread's exit leaves it
+    /// alone, and no re-entry check ever takes it for a thread's. A
     /// thread that holds the lock already, either way, is not refused: it waits in line behind
     /// its own grant, as with `threading.Lock` (until another thread releases that grant).
     pub(crate) fn acquire_for_process(&self, mode: Mode, wait: Wait<'_>) -> Result<LockGuard<'_>> {
         let sh = self.shared()?;
+        // Thread id 0 in the slot too: the weighted kinds' re-entry check (`holds_already`)
+        // matches a slot's thread id, and a process grant must never be taken for the
+        // thread's that took it (it may have been handed to another thread, or its taker may
+        // have exited and its id been reused).
         let me = Me {
+            participant: sh.participant,
+            tid: 0,
+            lease_ms: self.lease_ms,
             shared: mode == Mode::Shared,
             beacon: 0,
-            ..self.me(sh, thread::current_tid())
         };
         let st = sh.state();
         let g = match wait {

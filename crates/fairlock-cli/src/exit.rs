@@ -77,7 +77,7 @@ impl Failure {
             | E::Corrupt { .. }
             | E::Incompatible { .. }
             | E::KindMismatch { .. } => DATA,
-            E::InvalidPath { .. } | E::Io { .. } => NO_INPUT,
+            E::InvalidPath { .. } | E::NoWriteAccess { .. } | E::Io { .. } => NO_INPUT,
             E::TooManyParticipants { .. } | E::TooManyNames { .. } | E::TooManyOpenFiles { .. } => {
                 TEMP
             }

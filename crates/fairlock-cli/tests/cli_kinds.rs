@@ -225,16 +225,24 @@ fn a_killed_reader_is_recovered_and_the_writer_told() {
     wait_until(Duration::from_secs(20), "the reader", || {
         d.join("held").exists()
     });
-    // SIGKILL fairlock itself (the holder of the grant); its command lives on, unlocked.
+    // SIGKILL fairlock itself (the holder of the grant): its command lives on and keeps the
+    // read grant alive until it ends; then the writer is told the holder died.
     reader.kill().unwrap();
     reader.wait().unwrap();
+    let o = sh(d, "\"$FL\" run -n -x \"$D/rw.lock\" -- true");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the command still holds the read: {}",
+        err(&o)
+    );
+    std::fs::write(d.join("release"), "").unwrap();
     let o = sh(
         d,
         "\"$FL\" run -w 20 -x \"$D/rw.lock\" -- sh -c 'echo $FAIRLOCK_OWNER_DIED'",
     );
     assert!(o.status.success(), "{}", err(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "1\n");
-    std::fs::write(d.join("release"), "").unwrap(); // the orphaned command ends too
 }
 
 #[test]

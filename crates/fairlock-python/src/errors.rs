@@ -10,7 +10,7 @@
 //! | `NotALockFile` | `fairlock.NotALockFile` | |
 //! | `Corrupt` | `fairlock.CorruptLockFile` | |
 //! | `Incompatible`, `DataMismatch`, `KindMismatch` | `fairlock.IncompatibleLockFile` | |
-//! | `Io` | `fairlock.Error` | the OS's |
+//! | `Io`, `NoWriteAccess` | `fairlock.Error` | the OS's (`EACCES`, `EPERM`, `EROFS` for the second) |
 //! | `WouldDeadlock` | `fairlock.Error` | `EDEADLK` |
 //! | `InitLocked`, `Timeout` | `fairlock.Error` | `ETIMEDOUT` |
 //! | `WouldBlock` | `fairlock.Error` | `EAGAIN` |
@@ -38,7 +38,7 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
         _ => "Error",
     };
     let errno = match &e {
-        Error::Io { source, .. } => source.raw_os_error(),
+        Error::Io { source, .. } | Error::NoWriteAccess { source, .. } => source.raw_os_error(),
         Error::WouldDeadlock { .. } => Some(libc::EDEADLK),
         Error::InitLocked { .. } | Error::Timeout { .. } => Some(libc::ETIMEDOUT),
         Error::WouldBlock { .. } => Some(libc::EAGAIN),

@@ -3,8 +3,9 @@
 //! and not a thread's. Any thread of the process releases them; a thread's exit leaves them
 //! held; the process's death gives them up.
 //!
-//! * **Order.** `release()` ends the oldest grant (a `Lock` has at most one current grant; a
-//!   read side may have several, one per `acquire`).
+//! * **Order.** `release()` ends the oldest grant, and `token`, `owner_died`, `check()` and
+//!   `extend()` speak of that one (a `Lock` has at most one current grant; a read side may
+//!   have several, one per `acquire`).
 //! * **Fork.** A child inherits the object and its grants, which are its parent's: each entry
 //!   carries the fork generation it was granted in (`held::fork_generation`), and entries of
 //!   an older one are dropped (releasing nothing: the library leaves a parent's grant alone)
@@ -71,9 +72,9 @@ impl Grants {
         }
     }
 
-    /// `f` of the newest grant of this process, if any.
-    pub(crate) fn with_newest<R>(&self, f: impl FnOnce(&ProcessGuard) -> R) -> Option<R> {
-        let (r, inherited) = self.with(|list| list.last().map(|(_, g)| f(g)));
+    /// `f` of the oldest grant of this process (the one `release()` ends next), if any.
+    pub(crate) fn with_oldest<R>(&self, f: impl FnOnce(&ProcessGuard) -> R) -> Option<R> {
+        let (r, inherited) = self.with(|list| list.first().map(|(_, g)| f(g)));
         drop(inherited);
         r
     }

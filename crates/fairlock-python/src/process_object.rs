@@ -67,7 +67,7 @@ pub(crate) fn release(py: Python<'_>, handle: &Handle, grants: &Grants) -> PyRes
     }
 }
 
-/// `f` of the object's newest grant.
+/// `f` of the object's oldest grant (the one `release()` ends next).
 ///
 /// # Errors
 /// `RuntimeError` if it holds none.
@@ -76,7 +76,7 @@ pub(crate) fn with_grant<R>(
     grants: &Grants,
     f: impl FnOnce(&fairlock::ProcessGuard) -> R,
 ) -> PyResult<R> {
-    grants.with_newest(f).ok_or_else(|| {
+    grants.with_oldest(f).ok_or_else(|| {
         PyRuntimeError::new_err(format!(
             "{}: this lock object holds no grant",
             handle.path().display()
@@ -84,7 +84,7 @@ pub(crate) fn with_grant<R>(
     })
 }
 
-/// `check()`: `None` while the newest grant is still ours.
+/// `check()`: `None` while the oldest grant is still ours.
 ///
 /// # Errors
 /// `fairlock.LockLost` if it was taken over; `RuntimeError` if the object holds none.
@@ -92,7 +92,7 @@ pub(crate) fn check(py: Python<'_>, handle: &Handle, grants: &Grants) -> PyResul
     with_grant(handle, grants, |g| g.check())?.map_err(|e| errors::to_py(py, e))
 }
 
-/// `extend(seconds)`: the newest grant's lease now ends `seconds` from now.
+/// `extend(seconds)`: the oldest grant's lease now ends `seconds` from now.
 ///
 /// # Errors
 /// `fairlock.LockLost` if it was already taken over; `ValueError` for a lock without a lease

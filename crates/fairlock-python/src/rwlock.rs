@@ -153,18 +153,18 @@ impl RWLockSide {
         object::locked_in_file(py, &self.handle)
     }
 
-    /// None while this object's newest grant is still its own; ``fairlock.LockLost`` if it was
+    /// None while this object's oldest grant (the one ``release()`` ends next) is still its own; ``fairlock.LockLost`` if it was
     /// taken over, ``RuntimeError`` if it holds none.
     fn check(&self, py: Python<'_>) -> PyResult<()> {
         process::check(py, &self.handle, &self.grants)
     }
 
-    /// Renews the newest grant's lease to ``seconds`` from now.
+    /// Renews the oldest grant's lease to ``seconds`` from now.
     fn extend(&self, py: Python<'_>, seconds: f64) -> PyResult<()> {
         process::extend(py, &self.handle, &self.grants, seconds)
     }
 
-    /// The fencing token of this object's newest grant. A write's token exceeds that of every
+    /// The fencing token of this object's oldest grant. A write's token exceeds that of every
     /// grant before it, reads included.
     #[getter]
     fn token(&self) -> PyResult<u64> {
