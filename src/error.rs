@@ -77,8 +77,9 @@ pub enum Error {
         path: PathBuf,
     },
     /// A [`FairMutex<T>`](crate::FairMutex) was opened on a lock file whose data area does
-    /// not fit `T`: the file was created for another type (a different size, alignment or
-    /// type tag), or without data (by [`FairLock::open`](crate::FairLock::open)).
+    /// not fit `T`: the file was created for data of another layout (size or alignment) or
+    /// schema ([`MutexOptions::schema`](crate::MutexOptions::schema)), or without data (by
+    /// [`FairLock::open`](crate::FairLock::open)).
     DataMismatch {
         /// The lock file.
         path: PathBuf,

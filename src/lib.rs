@@ -109,6 +109,10 @@ pub mod __internal {
     pub use crate::file::{Verdict, validate_header};
 }
 
+/// The crate of [`FairMutex`]'s `Pod` bound, re-exported so that its version is the one
+/// this crate uses (deriving `Pod` needs `bytemuck` with its `derive` feature in your own
+/// `Cargo.toml`).
+pub use bytemuck;
 pub use error::{Error, Result};
 
 #[cfg(not(loom))]

@@ -181,8 +181,12 @@ fn another_type_a_plain_lock_file_and_a_lease_are_refused() {
     let before = std::fs::read(&path).unwrap();
     for e in [
         FairMutex::<u32>::open(&path).map(drop).unwrap_err(),
-        FairMutex::<[u8; 8]>::open(&path).map(drop).unwrap_err(), // same size, other type
-        FairMutex::<i64>::open(&path).map(drop).unwrap_err(),
+        FairMutex::<[u8; 8]>::open(&path).map(drop).unwrap_err(), // same size, other alignment
+        FairMutex::<u64>::options()
+            .schema("counter/2")
+            .open(&path)
+            .map(drop)
+            .unwrap_err(), // same layout, another schema
     ] {
         let Error::DataMismatch { path: p, what, .. } = &e else {
             panic!("{e:?}");
@@ -397,4 +401,61 @@ fn a_guard_in_a_thread_local_is_released_only_when_dropped() {
     assert!(!g.owner_died(), "released by its guard, not given up");
     drop(g);
     t.join().unwrap();
+}
+
+/// Two programs that declare the same `#[repr(C)]` struct each (different types, in different
+/// crates or modules) share one file: the data is identified by its layout and the schema they
+/// name, not by the type's name.
+#[test]
+fn the_same_layout_declared_twice_shares_the_file() {
+    mod first_program {
+        #[repr(C)]
+        #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+        pub struct Stats {
+            pub runs: u64,
+            pub failures: u32,
+            pub last_code: i32,
+        }
+    }
+    mod second_program {
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+        pub struct Counters {
+            pub runs: u64,
+            pub failures: u32,
+            pub last_code: i32,
+        }
+    }
+    let dir = TempDir::new("mutex-two-programs");
+    let path = dir.join("stats.lock");
+    {
+        let m = FairMutex::<first_program::Stats>::options()
+            .schema("stats/1")
+            .open(&path)
+            .unwrap();
+        let mut g = m.lock().unwrap();
+        g.runs = 3;
+        g.failures = 1;
+        g.last_code = -2;
+    }
+    let other = FairMutex::<second_program::Counters>::options()
+        .schema("stats/1")
+        .open(&path)
+        .expect("the same layout and schema");
+    let g = other.lock().unwrap();
+    assert_eq!((g.runs, g.failures, g.last_code), (3, 1, -2));
+    drop(g);
+    // The schema changed with the meaning: refused, and the file untouched.
+    let before = std::fs::read(&path).unwrap();
+    let e = FairMutex::<second_program::Counters>::options()
+        .schema("stats/2")
+        .open(&path)
+        .map(drop)
+        .unwrap_err();
+    assert!(matches!(e, Error::DataMismatch { .. }), "{e:?}");
+    assert!(e.to_string().contains("schema tag"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // The crate's own re-export names the same trait.
+    fn pod<T: fairlock::bytemuck::Pod>() {}
+    pod::<first_program::Stats>();
 }

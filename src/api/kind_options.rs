@@ -117,6 +117,7 @@ impl RLockOptions {
 /// `FairMutex` takes none (a holder taken over would still hold `&mut T`).
 pub struct MutexOptions<T: Pod> {
     options: OpenOptions,
+    schema: String,
     _data: PhantomData<fn() -> T>,
 }
 
@@ -124,6 +125,7 @@ impl<T: Pod> Clone for MutexOptions<T> {
     fn clone(&self) -> Self {
         MutexOptions {
             options: self.options.clone(),
+            schema: self.schema.clone(),
             _data: PhantomData,
         }
     }
@@ -133,6 +135,7 @@ impl<T: Pod> Default for MutexOptions<T> {
     fn default() -> Self {
         MutexOptions {
             options: OpenOptions::default(),
+            schema: String::new(),
             _data: PhantomData,
         }
     }
@@ -142,6 +145,7 @@ impl<T: Pod> std::fmt::Debug for MutexOptions<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MutexOptions")
             .field("type", &std::any::type_name::<T>())
+            .field("schema", &self.schema)
             .field("options", &self.options)
             .finish()
     }
@@ -156,12 +160,22 @@ impl<T: Pod> MutexOptions<T> {
         self
     }
 
+    /// Names the schema of the data (none by default): a file created under one schema is
+    /// refused ([`Error::DataMismatch`](crate::Error::DataMismatch)) by a `FairMutex` of
+    /// another, even of the same layout. Change it when the meaning of `T` changes but not
+    /// its size (`"stats/2"` after `"stats/1"`); see [`FairMutex`]'s "Evolving the struct".
+    pub fn schema(&mut self, schema: impl Into<String>) -> &mut Self {
+        self.schema = schema.into();
+        self
+    }
+
     /// Opens (by default creating) the lock file at `path` for a value of type `T`.
     ///
     /// # Errors
-    /// As [`OpenOptions::open_mutex`].
+    /// As [`OpenOptions::open_mutex`]; [`Error::DataMismatch`](crate::Error::DataMismatch) if
+    /// the file's data is of another layout or schema.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<FairMutex<T>> {
-        self.options.open_mutex(path)
+        FairMutex::with_options(path.as_ref(), &self.options, &self.schema)
     }
 }
 

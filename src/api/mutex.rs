@@ -23,13 +23,24 @@ use crate::raw::surface::acquire_surface;
 /// value, and the value outlives the processes — it survives reopening, a crash of its writer
 /// and a reboot (only the lock state is reset after a reboot; the value is the file's).
 ///
-/// `T` is plain old data that accepts any bit pattern ([`bytemuck::Pod`]): another process
-/// may have written any bytes there, and a writer killed half-way leaves a half-written value.
-/// A new file starts with `T::zeroed()`. The file records `T`'s size, alignment and a type tag
-/// (a hash of [`std::any::type_name`]), and opening it as a `FairMutex` of another type is
-/// refused with [`Error::DataMismatch`]; the tag means a renamed or moved type is another type
-/// (and, as `type_name` is not guaranteed stable across compiler versions, keep the programs
-/// that share a file built by one compiler — or expect that error after an upgrade).
+/// `T` is plain old data that accepts any bit pattern ([`bytemuck::Pod`], re-exported as
+/// [`fairlock::bytemuck`](crate::bytemuck)): another process may have written any bytes there,
+/// and a writer killed half-way leaves a half-written value. A new file starts with
+/// `T::zeroed()`. Deriving `Pod` takes the one dependency `bytemuck = { version = "1",
+/// features = ["derive"] }` in your `Cargo.toml` (`#[derive(Clone, Copy, Pod, Zeroable)]` on a
+/// `#[repr(C)]` struct without padding).
+///
+/// **What identifies the data: its layout, and a schema you may name.** The processes that
+/// share a file are usually different programs, each with its own copy of the struct; the file
+/// records `T`'s size and alignment, and a schema tag ([`MutexOptions::schema`], none by
+/// default), and a `FairMutex` whose `T` differs in any of the three is refused with
+/// [`Error::DataMismatch`] before anything is written. Two programs that declare the same
+/// `#[repr(C)]` struct share the file, whatever the type is called or which crate declares it.
+/// **Evolving the struct**: a change of size or alignment is refused by the programs built
+/// with the old one (and the reverse): start a new file, or migrate (read the old file with
+/// the old type, write a new file). A change of meaning that keeps the size — a field renamed,
+/// reinterpreted, or reordered — is not seen by the layout: name a schema and change it with
+/// the meaning (`.schema("stats/2")`), or keep a version field in the struct.
 ///
 /// Fairness, crash recovery and fencing tokens are [`FairLock`](crate::FairLock)'s. When a holder dies or
 /// panics while holding, the next holder's guard reports [`owner_died`](MutexGuard::owner_died):
@@ -83,12 +94,13 @@ impl<T: Pod> std::fmt::Debug for FairMutex<T> {
     }
 }
 
-/// What the data area of a file for `T` looks like.
-fn shape_of<T: Pod>() -> DataShape {
+/// What the data area of a file for `T` under schema `schema` looks like ("" when none is
+/// named: then only the layout identifies the data).
+pub(crate) fn shape_of<T: Pod>(schema: &str) -> DataShape {
     DataShape {
         size: std::mem::size_of::<T>() as u64,
         align: std::mem::align_of::<T>() as u32,
-        tag: DataShape::tag_of(std::any::type_name::<T>()),
+        tag: DataShape::tag_of(schema),
     }
 }
 
@@ -108,7 +120,7 @@ impl<T: Pod> FairMutex<T> {
         MutexOptions::default()
     }
 
-    pub(crate) fn with_options(path: &Path, o: &OpenOptions) -> Result<FairMutex<T>> {
+    pub(crate) fn with_options(path: &Path, o: &OpenOptions, schema: &str) -> Result<FairMutex<T>> {
         if o.lease_option().is_some() {
             return Err(Error::InvalidOption {
                 what: format!(
@@ -118,7 +130,7 @@ impl<T: Pod> FairMutex<T> {
                 ),
             });
         }
-        let want = shape_of::<T>();
+        let want = shape_of::<T>(schema);
         if !want.is_valid() {
             return Err(Error::InvalidOption {
                 what: format!(
@@ -180,7 +192,12 @@ impl<'a, T: Pod> MutexGuard<'a, T> {
     #[inline]
     fn new(guard: LockGuard<'a>) -> Result<MutexGuard<'a, T>> {
         let sh = guard.shared();
-        if sh.geometry().data != shape_of::<T>() {
+        let found = sh.geometry().data;
+        // The layout (what memory safety needs; the schema was checked when the file was
+        // opened, and is again whenever the path is reopened after a fork).
+        if found.size != std::mem::size_of::<T>() as u64
+            || found.align != std::mem::align_of::<T>() as u32
+        {
             // After a fork the child reopened the path and found another file there (or, in
             // any process, a view shared by device and inode whose file was re-initialised by
             // a plain opener after its creator died initialising it).

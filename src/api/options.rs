@@ -278,7 +278,7 @@ impl OpenOptions {
     /// the file exists with no data or data of another type; as [`OpenOptions::open`]
     /// otherwise.
     pub fn open_mutex<T: bytemuck::Pod>(&self, path: impl AsRef<Path>) -> Result<FairMutex<T>> {
-        FairMutex::with_options(path.as_ref(), self)
+        FairMutex::with_options(path.as_ref(), self, "")
     }
 
     /// Like [`OpenOptions::open`], for a [`FairRwLock`]: readers hold together, a writer alone,

@@ -286,7 +286,7 @@ pub(crate) fn data_mismatch(path: &Path, o: &CreateOptions, found: DataShape) ->
             .to_string()
     } else {
         format!(
-            "the file holds {} bytes (alignment {}, type tag {:#018x}), {} needs {} bytes (alignment {}, type tag {:#018x})",
+            "the file holds {} bytes (alignment {}, schema tag {:#018x}), {} needs {} bytes (alignment {}, schema tag {:#018x})",
             found.size, found.align, found.tag, o.data_type, want.size, want.align, want.tag
         )
     };

@@ -24,7 +24,7 @@ pub struct Geometry {
     pub kind: RecordKind,
 }
 
-/// What the data area of a `FairMutex<T>` file holds: `T`'s size, alignment and type tag.
+/// What the data area of a `FairMutex<T>` file holds: `T`'s size, alignment and schema tag.
 /// A lock without data has all three zero.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DataShape {
@@ -32,7 +32,8 @@ pub struct DataShape {
     pub size: u64,
     /// `align_of::<T>()`.
     pub align: u32,
-    /// A tag naming the type (see [`DataShape::tag_of`]).
+    /// A tag naming the schema the opener chose (see [`DataShape::tag_of`]; that of `""` when it
+    /// named none).
     pub tag: u64,
 }
 
@@ -49,7 +50,7 @@ impl DataShape {
         tag: 0,
     };
 
-    /// The tag of a type named `name`: FNV-1a (64 bit) of the name's bytes, never 0.
+    /// The tag of the schema named `name`: FNV-1a (64 bit) of the name's bytes, never 0.
     pub fn tag_of(name: &str) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for b in name.bytes() {
