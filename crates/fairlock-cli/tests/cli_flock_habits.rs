@@ -514,9 +514,11 @@ fn the_command_keeps_the_lock_when_fairlock_is_killed() {
             .args(flags)
             .arg(&lock)
             .args(["--", "/bin/sh", "-c"])
+            // Ends when told, or when the test's directory is gone (a failed test).
             .arg(format!(
-                "touch {s}; while [ ! -e {r} ]; do sleep 0.02; done",
+                "touch {s}; while [ -d {d} ] && [ ! -e {r} ]; do sleep 0.02; done",
                 s = started.display(),
+                d = d.path().display(),
                 r = release.display()
             ))
             .stdin(Stdio::null())
