@@ -35,7 +35,7 @@ pub struct LockGuard<'a> {
     lease_ms: Option<NonZeroU64>,
     /// The thread that made this guard (and, as the guard is not `Send`, drops it); 0 for a
     /// process's grant (inside a [`ProcessGuard`](crate::ProcessGuard), which any thread may
-    /// drop): no grant recorded in `Hold` has thread id 0.
+    /// drop): `PROCESS_TID`, which no grant recorded in `Hold` has.
     tid: u32,
     /// The grant's flags as [`Grant::pack`] packs them: died, fast (granted by the lock word:
     /// released by a CAS on it, not through a slot) and, in a file with a bypass bound, a
@@ -184,7 +184,7 @@ impl<'a> LockGuard<'a> {
     pub fn stamp_time(&self) {
         // Only while the grant is ours: a lost grant's slot may belong to a later ticket.
         if self.check().is_ok() {
-            // A process's grant (thread id 0) shows no thread.
+            // A process's grant (`PROCESS_TID`) shows no thread (see `inspect`).
             let tid = self.tid;
             let st = self.shared.state();
             if self.fast() {
@@ -363,13 +363,12 @@ impl<'a> LockGuard<'a> {
 }
 
 impl LockGuard<'_> {
-    /// Whether `Hold` records this guard's grant as its thread's. Never for a process's grant
-    /// (thread id 0): its key `owner_key(0, ticket)` is 0 for ticket 0 (and every multiple of
-    /// 2^32), which is also `Hold`'s "nobody".
+    /// Whether `Hold` records this guard's grant as its thread's. Never for a process's grant:
+    /// its thread id is `PROCESS_TID`, which no key of `Hold` (nor its "nobody", 0) is made with.
     #[inline(always)]
     fn in_hold(&self, sh: &Shared) -> bool {
         // Relaxed: `owner` is only written by the holding thread, which is us if it names us.
-        self.tid != 0 && sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket)
+        sh.hold.owner.load(Relaxed) == Shared::owner_key(self.tid, self.ticket)
     }
 
     /// The error for a grant that is no longer ours.

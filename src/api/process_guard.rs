@@ -50,8 +50,8 @@ pub struct ProcessGuard {
 // SAFETY: a `LockGuard` is `!Send`/`!Sync` only by its marker: its fields are a `&Shared`
 // (`Shared` is `Sync`) and plain integers. What makes a guard its thread's is the per-thread
 // record of its grant (`Hold`, `thread_leases`) and its thread id; a process grant has
-// neither: `RawLock::acquire_for_process` records it nowhere and gives it thread id 0, which
-// `LockGuard::in_hold` never takes for `Hold`'s grant, so its release or check on any thread
+// neither: `RawLock::acquire_for_process` records it nowhere and gives it thread id
+// `PROCESS_TID`, which `LockGuard::in_hold` never takes for `Hold`'s grant, so its release or check on any thread
 // finds no record of its ticket and touches only the shared state, through atomics, as any
 // thread may. Its `&self` methods (token, check, extend) only
 // read the guard's own fields and use the shared state's atomics.

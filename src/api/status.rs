@@ -12,6 +12,7 @@ use crate::core::state::{Kind, RecordKind};
 use crate::core::{Liveness, State};
 use crate::error::Result;
 use crate::file::{ReadOnlyView, open_read_only};
+use crate::process::view::PROCESS_TID;
 use crate::sys::clock;
 
 /// One ticket in the queue, as seen by [`inspect`].
@@ -228,7 +229,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
             token: crate::core::state::token_of(g.kind.bypass_bound(), t, bypass),
             state: State::Held.name(),
             pid: v.pid(lw.holder()).filter(|pid| *pid != 0),
-            tid: (stamped && tid != 0).then_some(tid),
+            tid: (stamped && tid != PROCESS_TID).then_some(tid),
             alive: v.liveness(lw.holder()).map(|l| l == Liveness::Alive),
             elapsed: stamped.then(|| Duration::from_nanos(now.saturating_sub(since))),
             lease_remaining: None,
@@ -283,7 +284,7 @@ fn snapshot(path: &Path, v: &ReadOnlyView) -> Status {
             token: crate::core::state::token_of(g.kind.bypass_bound(), t, 0),
             state: state.name(),
             pid,
-            tid: (stamped && tid != 0).then_some(tid),
+            tid: (stamped && tid != PROCESS_TID).then_some(tid),
             alive,
             elapsed: stamped.then(|| Duration::from_nanos(now.saturating_sub(since))),
             lease_remaining,

@@ -85,6 +85,11 @@ pub(crate) struct Hold {
     pub(crate) thread_leases: AtomicU32,
 }
 
+/// The thread id of a process's grant (a [`ProcessGuard`](crate::ProcessGuard)): no thread's
+/// (Linux thread ids stay below 2^22), so no key of `Hold` and no slot's thread id of a
+/// thread's grant is ever made with it, and its `Hold` key is never `Hold`'s "nobody" (0).
+pub(crate) const PROCESS_TID: u32 = u32::MAX;
+
 /// The bit of `Hold::grant_meta` marking a grant that its thread's exit must not give up
 /// (a `FairMutex` grant: see [`ExitWatch`]).
 pub(crate) const KEPT_ON_EXIT: u64 = 1 << 63;

@@ -9,7 +9,7 @@ use crate::api::guard::LockGuard;
 use crate::core::{self, Grant, Me, WaitError};
 use crate::error::{Error, Result};
 use crate::process::thread_leases;
-use crate::process::view::{ExitWatch, Hold, POISONED, Shared};
+use crate::process::view::{ExitWatch, Hold, POISONED, PROCESS_TID, Shared};
 use crate::raw::handle::RawLock;
 use crate::sys::{clock, thread};
 
@@ -274,20 +274,20 @@ impl RawLock {
     /// Acquires as `mode` asks (not `Reentrant`: re-entry is a thread's) for the process
     /// rather than the calling thread: the grant of a [`ProcessGuard`](crate::ProcessGuard).
     /// It is recorded in no per-thread structure (neither `Hold` nor `thread_leases`), publishes
-    /// no thread beacon (its liveness is the process's) and is made with thread id 0, which no
-    /// recorded grant and no thread has: any thread may release it, a thread's exit leaves it
+    /// no thread beacon (its liveness is the process's) and is made with thread id
+    /// [`PROCESS_TID`], which no recorded grant and no thread has: any thread may release it, a thread's exit leaves it
     /// alone, and no re-entry check ever takes it for a thread's. A
     /// thread that holds the lock already, either way, is not refused: it waits in line behind
     /// its own grant, as with `threading.Lock` (until another thread releases that grant).
     pub(crate) fn acquire_for_process(&self, mode: Mode, wait: Wait<'_>) -> Result<LockGuard<'_>> {
         let sh = self.shared()?;
-        // Thread id 0 in the slot too: the weighted kinds' re-entry check (`holds_already`)
+        // `PROCESS_TID` in the slot too: the weighted kinds' re-entry check (`holds_already`)
         // matches a slot's thread id, and a process grant must never be taken for the
         // thread's that took it (it may have been handed to another thread, or its taker may
         // have exited and its id been reused).
         let me = Me {
             participant: sh.participant,
-            tid: 0,
+            tid: PROCESS_TID,
             lease_ms: self.lease_ms,
             shared: mode == Mode::Shared,
             beacon: 0,
@@ -303,7 +303,7 @@ impl RawLock {
             }
             Wait::Until(deadline, stop) => self.queue(sh, &me, deadline, stop)?,
         };
-        Ok(LockGuard::new(sh, g, 0, self.lease_ms))
+        Ok(LockGuard::new(sh, g, PROCESS_TID, self.lease_ms))
     }
 
     /// A thread that holds a reader/writer lock (either way) and asks for it again would wait
