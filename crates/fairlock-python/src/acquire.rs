@@ -140,20 +140,41 @@ pub(crate) fn acquire(py: Python<'_>, handle: &Arc<Handle>, wait: Wait) -> PyRes
         Holding::No => {}
         Holding::Inherited => held::forget_inherited(handle),
     }
-    match handle.try_lock() {
-        Ok(guard) => {
-            held::insert(handle, guard, 1);
+    try_then_wait(
+        py,
+        wait,
+        || handle.try_lock(),
+        |guard| held::insert(handle, guard, 1),
+        |deadline| wait_in_line(py, handle, deadline),
+    )
+}
+
+/// What every `acquire` does: the uncontended attempt (`try_now`, the GIL kept: it never
+/// waits), whose grant goes to `keep`; then, unless `wait` says not to wait, `wait_in_line`
+/// until the deadline (`None`: for good). Whether the lock was acquired.
+///
+/// # Errors
+/// The library's errors of the attempt (not `WouldBlock`); `wait_in_line`'s.
+pub(crate) fn try_then_wait<G>(
+    py: Python<'_>,
+    wait: Wait,
+    try_now: impl FnOnce() -> fairlock::Result<G>,
+    keep: impl FnOnce(G),
+    wait_in_line: impl FnOnce(Option<Instant>) -> PyResult<bool>,
+) -> PyResult<bool> {
+    match try_now() {
+        Ok(grant) => {
+            keep(grant);
             return Ok(true);
         }
         Err(Error::WouldBlock { .. }) => {}
         Err(e) => return Err(errors::to_py(py, e)),
     }
-    let deadline = match wait {
-        Wait::Try => return Ok(false),
-        Wait::Until(d) => Some(d),
-        Wait::Forever => None,
-    };
-    wait_in_line(py, handle, deadline)
+    match wait {
+        Wait::Try => Ok(false),
+        Wait::Until(d) => wait_in_line(Some(d)),
+        Wait::Forever => wait_in_line(None),
+    }
 }
 
 /// How the wait in line ended.

@@ -9,7 +9,7 @@ use fairlock::Error;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::acquire::{Wait, wait_with_signals};
+use crate::acquire::{Wait, try_then_wait, wait_with_signals};
 use crate::errors;
 use crate::grants::{Grants, Taken};
 use crate::handle::Handle;
@@ -26,25 +26,20 @@ pub(crate) fn acquire(
     grants: &Grants,
     wait: Wait,
 ) -> PyResult<bool> {
-    match handle.try_process() {
-        Ok(guard) => {
-            grants.push(guard);
-            return Ok(true);
-        }
-        Err(Error::WouldBlock { .. }) => {}
-        Err(e) => return Err(errors::to_py(py, e)),
-    }
-    let deadline = match wait {
-        Wait::Try => return Ok(false),
-        Wait::Until(d) => Some(d),
-        Wait::Forever => None,
-    };
-    wait_with_signals(
+    try_then_wait(
         py,
-        |stop| handle.process_interruptible(deadline, stop),
+        wait,
+        || handle.try_process(),
         |guard| grants.push(guard),
-        |guard| {
-            let _ = guard.unlock();
+        |deadline| {
+            wait_with_signals(
+                py,
+                |stop| handle.process_interruptible(deadline, stop),
+                |guard| grants.push(guard),
+                |guard| {
+                    let _ = guard.unlock();
+                },
+            )
         },
     )
 }

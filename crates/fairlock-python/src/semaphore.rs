@@ -12,7 +12,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::acquire::wait_with_signals;
+use crate::acquire::{Wait, try_then_wait, wait_with_signals};
 use crate::errors;
 use crate::held;
 use crate::lock_object::{LockPath, duration, name_of};
@@ -143,24 +143,23 @@ impl Semaphore {
         {
             return Err(PyValueError::new_err("Invalid value NaN (not a number)"));
         }
-        match self.sem.try_acquire() {
-            Ok(p) => {
-                self.keep(p);
-                return Ok(true);
-            }
-            Err(Error::WouldBlock { .. }) => {}
-            Err(e) => return Err(errors::to_py(py, e)),
-        }
-        let deadline = match timeout {
-            _ if !blocking => return Ok(false),
-            None => None,
-            Some(t) if t <= 0.0 => return Ok(false),
+        let wait = match timeout {
+            _ if !blocking => Wait::Try,
+            None => Wait::Forever,
+            Some(t) if t <= 0.0 => Wait::Try,
             // Beyond what the clock counts: no limit.
             Some(t) => Duration::try_from_secs_f64(t)
                 .ok()
-                .and_then(|d| Instant::now().checked_add(d)),
+                .and_then(|d| Instant::now().checked_add(d))
+                .map_or(Wait::Forever, Wait::Until),
         };
-        self.wait(py, deadline)
+        try_then_wait(
+            py,
+            wait,
+            || self.sem.try_acquire(),
+            |p| self.keep(p),
+            |deadline| self.wait(py, deadline),
+        )
     }
 
     /// Gives ``n`` permits back (any thread may). ``ValueError`` if this object holds fewer;
