@@ -257,7 +257,7 @@ impl<'a, T: Pod> MutexGuard<'a, T> {
     #[inline]
     fn ptr(&self) -> NonNull<T> {
         assert!(
-            self.guard.shared().is_current(),
+            self.guard.shared().is_same_process(),
             "{}: a FairMutex guard inherited through fork gives no access to the value: the lock is the parent's",
             self.guard.shared().path.display()
         );

@@ -18,8 +18,10 @@
 //!    as a raw pointer, and only `FairMutex` turns it into a reference, under the lock.
 //!
 //! The one thing no check can prevent: another process truncating the file while it is
-//! mapped makes accesses fault (SIGBUS). That needs write access to the file, which can deny
-//! service anyway.
+//! mapped makes accesses fault (`SIGBUS`). Every mapping is therefore a [`GuardedMap`],
+//! registered with `sys::sigbus`, whose handler replaces a truncated mapping with private zero
+//! pages and marks it broken (any bytes are valid, invariant 3); the views over it then fail
+//! with a typed error.
 
 use std::fs::File;
 use std::io;
@@ -30,9 +32,42 @@ use memmap2::{MmapOptions, MmapRaw};
 use crate::core::state::{Header, Participant, Slot};
 use crate::core::{Geometry, LockState};
 
+/// A mapping of a lock file, registered with `sys::sigbus` for as long as it is mapped.
+pub struct GuardedMap {
+    // Declared before `map`: unregistered before it is unmapped (a `SIGBUS` in a range that
+    // was unmapped and reused by another mapping must never be taken for ours).
+    registration: crate::sys::sigbus::Registration,
+    map: MmapRaw,
+}
+
+impl GuardedMap {
+    /// Registers `map`, made now: its views belong to the current fork generation.
+    pub fn new(map: MmapRaw) -> GuardedMap {
+        let generation = crate::sys::thread::fork_generation();
+        GuardedMap {
+            registration: crate::sys::sigbus::register(map.as_ptr(), map.len(), generation),
+            map,
+        }
+    }
+
+    /// The fork generation this mapping's views belong to; `sys::sigbus::BROKEN` once a
+    /// truncation of the file broke it.
+    pub fn generation(&self) -> &'static std::sync::atomic::AtomicU64 {
+        self.registration.generation()
+    }
+}
+
+impl std::ops::Deref for GuardedMap {
+    type Target = MmapRaw;
+
+    fn deref(&self) -> &MmapRaw {
+        &self.map
+    }
+}
+
 /// A lock file mapped shared.
 pub struct Mapping {
-    map: Arc<MmapRaw>,
+    map: Arc<GuardedMap>,
     base: usize,
     geometry: Geometry,
 }
@@ -43,15 +78,20 @@ impl Mapping {
     pub fn new(file: &File, geometry: Geometry) -> io::Result<Mapping> {
         let map = MmapOptions::new().len(geometry.file_size).map_raw(file)?;
         Ok(Mapping {
-            map: Arc::new(map),
+            map: Arc::new(GuardedMap::new(map)),
             base: 0,
             geometry,
         })
     }
 
+    /// See [`GuardedMap::generation`].
+    pub fn generation(&self) -> &'static std::sync::atomic::AtomicU64 {
+        self.map.generation()
+    }
+
     /// The lock image of `geometry` at `base` in `map` (a record of a file of named locks),
     /// if it lies inside the mapping and `base` is aligned for it (invariant 1).
-    pub fn record(map: Arc<MmapRaw>, base: usize, geometry: Geometry) -> Option<Mapping> {
+    pub fn record(map: Arc<GuardedMap>, base: usize, geometry: Geometry) -> Option<Mapping> {
         let align = (geometry.data.align as usize).max(64);
         let fits = base
             .checked_add(geometry.file_size)

@@ -12,7 +12,9 @@ use std::fs::File;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::MmapOptions;
+
+use crate::file::mapping::GuardedMap;
 
 use crate::core::state::lease::LeaseField;
 use crate::core::state::{HEADER_SIZE, PARTICIPANT_SIZE, RecordKind, SLOT_SIZE};
@@ -43,7 +45,7 @@ const _: () = assert!(S_DEADLINE + 8 <= SLOT_SIZE);
 
 /// A read-only view of a lock file: plain values, loaded `Relaxed`.
 pub struct ReadOnlyView {
-    map: Arc<MmapRaw>,
+    map: Arc<GuardedMap>,
     geometry: Geometry,
     /// The file, for liveness probes (`F_OFD_GETLK` needs no write access).
     file: Arc<File>,
@@ -72,7 +74,7 @@ impl ReadOnlyView {
             .len(geometry.file_size)
             .map_raw_read_only(&file)?;
         Ok(ReadOnlyView {
-            map: Arc::new(map),
+            map: Arc::new(GuardedMap::new(map)),
             geometry,
             file: Arc::new(file),
             base: 0,
@@ -87,7 +89,7 @@ impl ReadOnlyView {
             .len(names.file_size)
             .map_raw_read_only(&file)?;
         Ok(ReadOnlyView {
-            map: Arc::new(map),
+            map: Arc::new(GuardedMap::new(map)),
             // The header's size only, so that no lock field is read from it.
             geometry: Geometry {
                 file_size: HEADER_SIZE,

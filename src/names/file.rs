@@ -8,7 +8,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::Arc;
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::MmapOptions;
 
 use crate::core::Geometry;
 use crate::core::state::{
@@ -16,7 +16,7 @@ use crate::core::state::{
 };
 use crate::error::{Error, Result};
 use crate::file::image::initial_image;
-use crate::file::mapping::Mapping;
+use crate::file::mapping::{GuardedMap, Mapping};
 use crate::file::open::{
     CreateOptions, judge_refusal, lock_for_initialisation, open_file, read_verdict,
 };
@@ -36,11 +36,20 @@ use crate::sys::{boot_id, ofd};
 /// [`NamesHeader`], [`NameEntry`] and lock images consist only of atomics, so any bytes are
 /// valid values and other processes may write them concurrently.
 pub struct NamesMap {
-    map: Arc<MmapRaw>,
+    map: Arc<GuardedMap>,
     geometry: NamesGeometry,
 }
 
 impl NamesMap {
+    /// Whether a truncation of the file broke this mapping (`sys::sigbus`).
+    pub fn is_broken(&self) -> bool {
+        // Relaxed: see `Shared::is_current`.
+        self.map
+            .generation()
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == crate::sys::sigbus::BROKEN
+    }
+
     /// The layout.
     pub fn geometry(&self) -> NamesGeometry {
         self.geometry
@@ -226,7 +235,7 @@ fn map(file: &File, path: &Path, geometry: NamesGeometry) -> Result<NamesMap> {
         .map_raw(file)
         .map_err(|e| Error::io(path, "mmap", e))?;
     Ok(NamesMap {
-        map: Arc::new(map),
+        map: Arc::new(GuardedMap::new(map)),
         geometry,
     })
 }

@@ -186,8 +186,9 @@ fn names_file_uncached(path: &Path, o: &CreateOptions) -> Result<Arc<NamesFile>>
             let files = NAMES_FILES.lock().unwrap_or_else(|e| e.into_inner());
             files
                 .iter()
-                .find(|(i, g, _)| *i == id && *g == generation)
-                .and_then(|(_, _, w)| w.upgrade())
+                .filter(|(i, g, _)| *i == id && *g == generation)
+                .filter_map(|(_, _, w)| w.upgrade())
+                .find(|nf| !nf.map.is_broken()) // a truncation broke it: opened anew
         };
         if let Some(nf) = found {
             // Validated when it was opened; a named `FairMutex<T>` still checks its `T`.
@@ -200,8 +201,9 @@ fn names_file_uncached(path: &Path, o: &CreateOptions) -> Result<Arc<NamesFile>>
         files.retain(|(_, _, w)| w.strong_count() > 0);
         files
             .iter()
-            .find(|(id, g, _)| *id == opened.id && *g == generation)
-            .and_then(|(_, _, w)| w.upgrade())
+            .filter(|(id, g, _)| *id == opened.id && *g == generation)
+            .filter_map(|(_, _, w)| w.upgrade())
+            .find(|nf| !nf.map.is_broken())
     };
     let with_files = |f: &mut dyn FnMut(&mut Vec<NamesEntry>) -> Option<Arc<NamesFile>>| {
         let _fork = ForkGuard::lock();

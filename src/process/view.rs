@@ -51,8 +51,10 @@ pub(crate) struct Shared {
     /// For a named lock: its name, and the file's per-process view (kept alive while a name
     /// of it is open).
     pub(crate) named: Option<(Arc<str>, Arc<dyn NamesOwner>)>,
-    /// The fork generation this was opened in; a forked child opens its own.
-    pub(crate) fork_generation: u64,
+    /// The fork generation this was opened in (a forked child opens its own), or
+    /// `sys::sigbus::BROKEN` once a truncation of the file broke the mapping: its mapping's
+    /// word in `sys::sigbus`'s table, which the `SIGBUS` handler can reach.
+    generation: &'static std::sync::atomic::AtomicU64,
     /// Which of our threads holds the lock; written on every grant.
     pub(crate) hold: Hold,
     /// This view's number, unique in the process (never reused): what a thread's record of a
@@ -169,8 +171,9 @@ pub(crate) fn find(
     open_files.retain(|(_, _, w)| w.strong_count() > 0);
     open_files
         .iter()
-        .find(|(i, g, _)| *i == id && *g == generation)
-        .and_then(|(_, _, w)| w.upgrade())
+        .filter(|(i, g, _)| *i == id && *g == generation)
+        .filter_map(|(_, _, w)| w.upgrade())
+        .find(|sh| !sh.is_broken()) // a truncation broke it: the file is opened anew
 }
 
 impl Shared {
@@ -205,10 +208,10 @@ impl Shared {
         Arc::new(Shared {
             path: path.to_path_buf(),
             beacon,
+            generation: mapping.generation(),
             mapping,
             participant,
             named,
-            fork_generation: thread::fork_generation(),
             hold: Hold {
                 owner: AtomicU64::new(0),
                 ticket: AtomicU64::new(0),
@@ -228,7 +231,8 @@ impl Shared {
     /// put a view there meanwhile: then that one is returned and `shared` (and its beacon)
     /// dropped.
     pub(crate) fn insert(shared: Arc<Shared>, id: (u64, u64, u32)) -> Arc<Shared> {
-        let generation = shared.fork_generation;
+        // Relaxed: see `is_current`.
+        let generation = shared.generation.load(Relaxed);
         let ours = shared.clone();
         let chosen = with_open_files(|open_files| match find(open_files, id, generation) {
             Some(theirs) => theirs,
@@ -280,10 +284,30 @@ impl Shared {
         }
     }
 
-    /// Whether this view belongs to the current process (not inherited through `fork`).
+    /// Whether this view is this process's own (not inherited through `fork`) and its lock
+    /// state is still the file's (not broken by a truncation: `sys::sigbus`).
     #[inline]
     pub(crate) fn is_current(&self) -> bool {
-        self.fork_generation == thread::fork_generation()
+        // Relaxed: written when the mapping was made (before this view existed) and, once,
+        // by this process's own `SIGBUS` handler, on the thread whose access faulted, before
+        // that access (or any later one) saw the zero pages.
+        self.generation.load(Relaxed) == thread::fork_generation()
+    }
+
+    /// Whether this view belongs to the current process (not inherited through `fork`), broken
+    /// or not.
+    #[inline]
+    pub(crate) fn is_same_process(&self) -> bool {
+        // Relaxed: as in `is_current`.
+        let g = self.generation.load(Relaxed);
+        g == thread::fork_generation() || g == crate::sys::sigbus::BROKEN
+    }
+
+    /// Whether a truncation of the file broke this view's mapping (see `sys::sigbus`).
+    #[inline]
+    pub(crate) fn is_broken(&self) -> bool {
+        // Relaxed: as in `is_current`.
+        self.generation.load(Relaxed) == crate::sys::sigbus::BROKEN
     }
 }
 

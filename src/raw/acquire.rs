@@ -64,7 +64,7 @@ impl RawLock {
         ExitWatch::arm();
         let me = self.me(sh, tid);
         let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);
-        match r.map_err(|e| wait_error(sh, e))? {
+        match settle(sh, r)? {
             Some(g) => Ok(self.held(sh, tid, g)),
             None => Err(Error::WouldBlock {
                 path: sh.path.clone(),
@@ -191,10 +191,13 @@ impl RawLock {
         let st = sh.state();
         let mut panicked = None;
         let mut hook = stop.map(|f| guarded_hook(f, &mut panicked));
+        // A wait whose lock state a truncation destroyed ends at its next wake-up.
+        let broken = || sh.is_broken();
         let watch = match hook.as_mut() {
             Some(h) => core::Watch::interruptible(h),
             None => core::Watch::default(),
-        };
+        }
+        .abandoning(&broken);
         let r = core::lock_watched(&st, &sh.platform(), me, deadline, &self.tuning, None, watch);
         drop(hook);
         if let Some(payload) = panicked {
@@ -205,7 +208,7 @@ impl RawLock {
             }
             std::panic::resume_unwind(payload);
         }
-        r.map_err(|e| wait_error(sh, e))
+        settle(sh, r)
     }
 
     #[inline]
@@ -263,7 +266,7 @@ impl RawLock {
             ..self.me(sh, tid)
         };
         let r = core::try_lock(&sh.state(), &sh.platform(), &me, &self.tuning);
-        match r.map_err(|e| wait_error(sh, e))? {
+        match settle(sh, r)? {
             Some(g) => Ok(LockGuard::new(sh, g, tid, self.lease_ms)),
             None => Err(Error::WouldBlock {
                 path: sh.path.clone(),
@@ -296,10 +299,9 @@ impl RawLock {
         let g = match wait {
             Wait::Now => {
                 let r = core::try_lock(&st, &sh.platform(), &me, &self.tuning);
-                r.map_err(|e| wait_error(sh, e))?
-                    .ok_or_else(|| Error::WouldBlock {
-                        path: sh.path.clone(),
-                    })?
+                settle(sh, r)?.ok_or_else(|| Error::WouldBlock {
+                    path: sh.path.clone(),
+                })?
             }
             Wait::Until(deadline, stop) => self.queue(sh, &me, deadline, stop)?,
         };
@@ -370,6 +372,16 @@ fn guarded_hook<'h>(
             }
         }
     }
+}
+
+/// The outcome of an acquisition in the core, as the handle reports it. A grant made while a
+/// truncation broke the mapping (`sys::sigbus`) was made in private zero pages, not in the
+/// file: it is no grant (and there is nothing to give back), so the acquisition fails.
+fn settle<T>(sh: &Shared, r: std::result::Result<T, WaitError>) -> Result<T> {
+    if sh.is_broken() {
+        return Err(crate::raw::handle::truncated(&sh.path));
+    }
+    r.map_err(|e| wait_error(sh, e))
 }
 
 fn wait_error(sh: &Shared, e: WaitError) -> Error {

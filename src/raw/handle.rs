@@ -149,6 +149,13 @@ impl RawLock {
     /// `views` is locked only under the fork lock, and never across the open (which may wait).
     #[cold]
     fn reopen_after_fork(&self) -> Result<&Shared> {
+        // Not a fork: a truncation broke the mapping (`sys::sigbus`). Every call of this handle
+        // fails from now on; opening the path again makes a new handle on whatever is there.
+        // SAFETY: `current` points into an Arc kept alive by `views` for as long as `self`.
+        let sh = unsafe { &*self.current.load(Acquire) };
+        if sh.is_broken() {
+            return Err(truncated(&sh.path));
+        }
         let path = match self.current_view() {
             Ok(sh) => return Ok(sh),
             Err(path) => path,
@@ -189,4 +196,13 @@ impl RawLock {
         }
         Err(views.last().map(|v| v.path.clone()).unwrap_or_default())
     }
+}
+
+/// The error of every call through a view whose mapping a truncation broke.
+pub(crate) fn truncated(path: &Path) -> Error {
+    Error::corrupt(
+        path,
+        "the file was truncated (by another process) while this one had it mapped: the lock's \
+         state is gone and every grant in it is lost; open the path again for a new lock",
+    )
 }

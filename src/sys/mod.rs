@@ -14,6 +14,7 @@ pub mod fs;
 pub mod futex;
 pub mod ofd;
 pub mod platform;
+pub mod sigbus;
 pub mod thread;
 
 #[cfg(not(target_os = "linux"))]

@@ -27,6 +27,8 @@ pub struct Watch<'a> {
     /// Recovery passes made so far (see [`Watch::new_pass`]).
     pass: u64,
     interrupt: Option<&'a mut dyn FnMut() -> bool>,
+    /// The platform's own reason to stop (see [`Watch::abandoning`]).
+    abandon: Option<&'a dyn Fn() -> bool>,
     interrupted: bool,
     /// Tickets of a weighted kind given up to be retaken (see `publish`).
     retakes: u32,
@@ -56,8 +58,22 @@ impl<'a> Watch<'a> {
         }
     }
 
-    /// Asks the hook (once it said yes, the answer stays yes). True: stop waiting.
+    /// This watch, whose waiter also gives its ticket up once `abandon()` says so: the
+    /// platform's reason to stop (its lock state is gone: `sys::sigbus`), asked wherever the
+    /// hook is but without bounding the sleeps (it is asked at the next wake-up).
+    pub fn abandoning(self, abandon: &'a dyn Fn() -> bool) -> Watch<'a> {
+        Watch {
+            abandon: Some(abandon),
+            ..self
+        }
+    }
+
+    /// Asks the platform's `abandon` and the hook (once one said yes, the answer stays yes).
+    /// True: stop waiting.
     pub(crate) fn interrupted(&mut self) -> bool {
+        if !self.interrupted && self.abandon.is_some_and(|a| a()) {
+            self.interrupted = true;
+        }
         if !self.interrupted
             && let Some(f) = self.interrupt.as_mut()
         {

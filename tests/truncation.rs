@@ -1,0 +1,230 @@
+//! A lock file truncated by another user while processes use it: every access to the mapping
+//! past the new end faults (`SIGBUS`), which would kill each of them. Another writer may deny
+//! service, never crash us: the holder and the waiter live on, each call after the truncation
+//! fails with a typed error, and nothing else is touched.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{Worker, role, wait_all};
+use fairlock::{Error, FairLock};
+
+/// A directory every user may traverse (the run's own temporary directory may be private to
+/// its user), removed on drop.
+struct SharedDir(PathBuf);
+
+impl SharedDir {
+    fn new(name: &str) -> SharedDir {
+        let d = PathBuf::from(format!("/tmp/fairlock-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        SharedDir(d)
+    }
+}
+
+impl Drop for SharedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn wait_for(path: &Path, what: &str) {
+    let t0 = Instant::now();
+    while !path.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{what} never came");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Truncates `path` to `len` bytes as the user nobody (65534) when we are root, else as
+/// ourselves; panics if that fails.
+fn truncate_as_another_user(path: &Path, len: i64) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: the child only drops privileges, opens, truncates and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: plain system calls on a valid NUL-terminated path; `_exit` never returns.
+        unsafe {
+            if libc::getuid() == 0
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(65534) != 0
+                    || libc::setuid(65534) != 0)
+            {
+                libc::_exit(2);
+            }
+            let fd = libc::open(c.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::ftruncate(fd, len) != 0 {
+                libc::_exit(3);
+            }
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: `pid` is our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the truncation failed: {status}"
+    );
+}
+
+fn is_truncation(e: &Error) -> bool {
+    matches!(e, Error::Corrupt { what, .. } if what.contains("truncated"))
+}
+
+#[test]
+fn a_file_truncated_under_a_holder_and_a_waiter_crashes_neither() {
+    if let Some(r) = role() {
+        let dir = PathBuf::from(common::env("FL_DIR"));
+        let lock = FairLock::open(dir.join("l")).unwrap();
+        match r.as_str() {
+            "holder" => {
+                let grant = lock.lock_process().unwrap();
+                std::fs::write(dir.join("held"), b"").unwrap();
+                wait_for(&dir.join("truncated"), "the truncation");
+                // The next calls: typed errors, and the process lives on.
+                let e = grant.check().unwrap_err();
+                assert!(matches!(e, Error::LockLost { .. }), "check: {e:?}");
+                let e = grant.unlock().unwrap_err();
+                assert!(matches!(e, Error::LockLost { .. }), "unlock: {e:?}");
+                let e = lock.try_lock().map(drop).unwrap_err();
+                assert!(is_truncation(&e), "try_lock: {e:?}");
+                let e = lock.lock().map(drop).unwrap_err();
+                assert!(is_truncation(&e), "lock: {e:?}");
+                assert!(e.to_string().contains("truncated"), "{e}");
+            }
+            "waiter" => {
+                std::fs::write(dir.join("waiting"), b"").unwrap();
+                let t0 = Instant::now();
+                let e = lock
+                    .lock_timeout(Duration::from_secs(60))
+                    .map(drop)
+                    .unwrap_err();
+                assert!(is_truncation(&e), "the wait: {e:?}");
+                // It noticed at its next poll, not at its deadline.
+                assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+                let e = lock.try_lock().map(drop).unwrap_err();
+                assert!(is_truncation(&e), "the next call: {e:?}");
+            }
+            other => panic!("unknown role {other}"),
+        }
+        return;
+    }
+    let dir = SharedDir::new("truncation");
+    let path = dir.0.join("l");
+    drop(FairLock::options().mode(0o666).open(&path).unwrap());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let envs = [("FL_DIR", dir.0.display().to_string())];
+    let test = "a_file_truncated_under_a_holder_and_a_waiter_crashes_neither";
+    let holder = Worker::spawn(&dir.0, test, "holder", "holder", &envs);
+    wait_for(&dir.0.join("held"), "the holder");
+    let waiter = Worker::spawn(&dir.0, test, "waiter", "waiter", &envs);
+    wait_for(&dir.0.join("waiting"), "the waiter");
+    let t0 = Instant::now();
+    while fairlock::inspect(&path).unwrap().waiters.is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the waiter never queued"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    truncate_as_another_user(&path, 0);
+    std::fs::write(dir.0.join("truncated"), b"").unwrap();
+    // Both end normally (a SIGBUS would have killed them: `wait_all` fails on a signal).
+    wait_all(&mut [holder, waiter], Duration::from_secs(60));
+    // The file is empty: the next opener makes it a lock again.
+    let lock = FairLock::open(&path).expect("an empty file is initialised");
+    drop(lock.try_lock().expect("a new lock, free"));
+}
+
+/// A fault in memory that is not a lock file's still kills as before (the handler passes it
+/// on): a process with a lock file open maps another file, truncates it and reads past its
+/// end.
+#[test]
+fn a_sigbus_elsewhere_is_not_swallowed() {
+    if role().is_some() {
+        // Take the handler in (a lock file mapped), then fault on a mapping of our own.
+        let dir = PathBuf::from(common::env("FL_DIR"));
+        let _lock = FairLock::open(dir.join("l")).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join("other"))
+            .unwrap();
+        f.set_len(4096).unwrap();
+        // SAFETY: a fresh shared mapping of a file of one page, read once after the file
+        // was emptied: the read faults (SIGBUS), which must end this process.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            f.set_len(0).unwrap();
+            let v = std::ptr::read_volatile(p.cast::<u8>());
+            std::fs::write(dir.join("survived"), [v]).unwrap();
+        }
+        return;
+    }
+    let dir = SharedDir::new("sigbus-elsewhere");
+    let mut w = Worker::spawn(
+        &dir.0,
+        "a_sigbus_elsewhere_is_not_swallowed",
+        "faulter",
+        "faulter",
+        &[("FL_DIR", dir.0.display().to_string())],
+    );
+    let status = w.child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGBUS),
+        "{status}: {}",
+        w.stderr()
+    );
+    assert!(!dir.0.join("survived").exists());
+}
+
+/// In one process, for a lock of its own file and a named one: after the truncation the old
+/// handles fail with the typed error, and opening the path again gives a working lock (a new
+/// view: the broken one is never joined).
+#[test]
+fn after_a_truncation_the_path_opens_anew() {
+    let dir = SharedDir::new("truncation-reopen");
+    for named in [false, true] {
+        let path = dir.0.join(if named { "names" } else { "one" });
+        let open = || {
+            let mut o = FairLock::options();
+            o.mode(0o666);
+            if named {
+                o.name("job");
+            }
+            o.open(&path)
+        };
+        let lock = open().unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let grant = lock.lock_process().unwrap();
+        truncate_as_another_user(&path, 0);
+        let e = grant.check().unwrap_err();
+        assert!(matches!(e, Error::LockLost { .. }), "named={named}: {e:?}");
+        drop(grant);
+        let e = lock.try_lock().map(drop).unwrap_err();
+        assert!(is_truncation(&e), "named={named}: {e:?}");
+        let again = open().expect("the emptied file is a lock again");
+        let g = again.try_lock().expect("free");
+        assert!(!g.owner_died());
+        drop(g);
+        // The old handle stays broken.
+        assert!(is_truncation(&lock.lock().map(drop).unwrap_err()));
+    }
+}
