@@ -33,7 +33,9 @@ class NotALockFile(Error):
 
 
 class CorruptLockFile(Error):
-    """The file is a fairlock file whose contents are inconsistent; it was left untouched."""
+    """The file is a fairlock file whose contents are inconsistent; it was left untouched.
+    Also raised by every call of a lock object whose file another process truncated while it
+    was in use (the lock's state is gone; the process survives it): open the path again."""
 
 
 class IncompatibleLockFile(Error):
