@@ -228,3 +228,89 @@ fn after_a_truncation_the_path_opens_anew() {
         assert!(is_truncation(&lock.lock().map(drop).unwrap_err()));
     }
 }
+
+fn truncate_here(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+/// The first access after the truncation is the uncontended `lock`'s own CAS: it faults, the
+/// handler maps the zero pages, and the CAS made again finds a free lock word there. That is no
+/// grant: `lock` fails, while a new handle on the path (made anew) gets the real lock.
+#[test]
+fn a_lock_whose_cas_finds_the_truncation_is_refused() {
+    let dir = common::TempDir::new("truncation-fast-path");
+    let path = dir.join("l");
+    let lock = FairLock::open(&path).unwrap();
+    drop(lock.try_lock().unwrap());
+    truncate_here(&path, 0);
+    let stale = lock.lock().map(|g| g.token());
+    let other = FairLock::open(&path).unwrap();
+    let real = other.try_lock().expect("the lock made anew is free");
+    match stale {
+        Ok(token) => panic!("lock() after the truncation granted token {token}"),
+        Err(e) => assert!(is_truncation(&e), "{e:?}"),
+    }
+    drop(real);
+}
+
+/// A `SIGBUS` sent with `kill` is no fault: a program that ignores `SIGBUS` keeps ignoring it,
+/// and one whose earlier handler (Rust's own) resets the disposition keeps our handler: a
+/// truncation afterwards is still survived.
+#[test]
+fn a_sigbus_sent_with_kill_is_not_taken_for_a_fault() {
+    if let Some(r) = role() {
+        let path = PathBuf::from(common::env("FL_PATH"));
+        if r == "ignores" {
+            // SAFETY: setting a disposition before any lock file is mapped.
+            unsafe { libc::signal(libc::SIGBUS, libc::SIG_IGN) };
+        }
+        let lock = FairLock::open(&path).unwrap();
+        // SAFETY: sending ourselves a signal.
+        unsafe { libc::kill(libc::getpid(), libc::SIGBUS) };
+        std::thread::sleep(Duration::from_millis(50));
+        if r == "stray" {
+            truncate_here(&path, 0);
+            let e = lock.try_lock().map(drop).unwrap_err();
+            assert!(is_truncation(&e), "{e:?}");
+        }
+        return;
+    }
+    for r in ["ignores", "stray"] {
+        let dir = common::TempDir::new("truncation-kill-bus");
+        let mut w = Worker::spawn(
+            dir.path(),
+            "a_sigbus_sent_with_kill_is_not_taken_for_a_fault",
+            r,
+            r,
+            &[("FL_PATH", dir.join("l").display().to_string())],
+        );
+        let status = w.child.wait().unwrap();
+        assert!(status.success(), "{r}: {status}\n{}", w.stderr());
+    }
+}
+
+/// A file emptied and made anew by another open of this process before the old view touched
+/// it (so nothing faulted): the grant from before is no grant of the new state, even though
+/// its ticket (0) is the new state's first.
+#[test]
+fn a_grant_from_before_the_file_was_made_anew_is_lost() {
+    let dir = common::TempDir::new("truncation-reinit");
+    let path = dir.join("l");
+    let lock = FairLock::open(&path).unwrap();
+    let old = lock.lock().unwrap();
+    truncate_here(&path, 0);
+    let again = FairLock::open(&path).unwrap(); // makes the emptied file anew
+    let new = again.lock().expect("the new lock is free");
+    assert!(matches!(old.check(), Err(Error::LockLost { .. })));
+    assert!(matches!(old.unlock(), Err(Error::LockLost { .. })));
+    // The new holder still holds: another thread cannot get in.
+    let third = std::thread::scope(|s| s.spawn(|| again.try_lock().map(drop)).join().unwrap());
+    assert!(matches!(third, Err(Error::WouldBlock { .. })), "{third:?}");
+    new.check().expect("still the new holder's");
+    assert!(is_truncation(&lock.try_lock().map(drop).unwrap_err()));
+}

@@ -54,6 +54,10 @@ pub struct Opened {
     pub mapping: Mapping,
     /// Device and inode, to share one mapping per file within a process.
     pub id: (u64, u64),
+    /// Whether this open initialised an empty (or half-initialised) file: a view this
+    /// process already has of the same inode is then of a state that is gone (the file was
+    /// truncated and made anew).
+    pub fresh: bool,
 }
 
 fn open_error(path: &Path, e: io::Error, for_writing: bool, create: bool) -> Error {
@@ -230,12 +234,12 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
     let file = open_file(path, o, false)?;
     let boot = boot_id::read();
     // Fast path, no file lock: a valid file from this boot is used as it is.
-    let geometry = match read_verdict(&file, path)? {
+    let (geometry, fresh) = match read_verdict(&file, path)? {
         Verdict::Valid {
             geometry, boot_id, ..
         } if !boot_id::is_stale(boot_id, boot) => {
             check_data(path, o, geometry)?;
-            geometry
+            (geometry, false)
         }
         // Refused without taking the lock: these are never written.
         v @ (Verdict::Foreign
@@ -252,6 +256,7 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
         file,
         mapping,
         id: (meta.dev(), meta.ino()),
+        fresh,
     })
 }
 
@@ -339,7 +344,7 @@ fn initialise_locked(
     path: &Path,
     o: &CreateOptions,
     boot: Option<[u64; 2]>,
-) -> Result<Geometry> {
+) -> Result<(Geometry, bool)> {
     lock_for_initialisation(file, path, o.init_wait)?;
     let result = (|| match read_verdict(file, path)? {
         Verdict::Empty | Verdict::Pending => {
@@ -360,7 +365,7 @@ fn initialise_locked(
                 ),
             })?;
             initialise(file, path, g, boot, 0, Data::Zero)?;
-            Ok(g)
+            Ok((g, true))
         }
         Verdict::Valid {
             geometry,
@@ -377,7 +382,7 @@ fn initialise_locked(
                 // so fencing tokens never repeat.
                 initialise(file, path, geometry, boot, next_ticket, Data::Keep)?;
             }
-            Ok(geometry)
+            Ok((geometry, false))
         }
         Verdict::Reinit {
             geometry,
@@ -385,9 +390,9 @@ fn initialise_locked(
         } => {
             check_data(path, o, geometry)?;
             initialise(file, path, geometry, boot, next_ticket, Data::Keep)?;
-            Ok(geometry)
+            Ok((geometry, true))
         }
-        v => judge(path, v),
+        v => judge(path, v).map(|g| (g, false)),
     })();
     let _ = file.unlock();
     result

@@ -184,7 +184,12 @@ impl Shared {
         let fork_generation = thread::fork_generation();
         let id = (opened.id.0, opened.id.1, UNNAMED);
         if let Some(existing) = with_open_files(|o| find(o, id, fork_generation)) {
-            return Ok(existing); // our extra descriptor closes here; it holds no beacon
+            if !opened.fresh {
+                return Ok(existing); // our extra descriptor closes here; it holds no beacon
+            }
+            // We just made the file anew (it had been emptied): the state our view holds is
+            // gone, as if its mapping had faulted (`sys::sigbus`); its handles fail from now on.
+            existing.mark_broken();
         }
         let beacon = Arc::new(open_beacon(&opened.file, opened.id, path)?);
         drop(opened.file); // the mapping keeps what it needs
@@ -301,6 +306,13 @@ impl Shared {
         // Relaxed: as in `is_current`.
         let g = self.generation.load(Relaxed);
         g == thread::fork_generation() || g == crate::sys::sigbus::BROKEN
+    }
+
+    /// Marks this view's mapping broken, as the `SIGBUS` handler does (its file was made anew
+    /// under it).
+    pub(crate) fn mark_broken(&self) {
+        // Relaxed: as in `is_current`; the views of other threads see it at their next check.
+        self.generation.store(crate::sys::sigbus::BROKEN, Relaxed);
     }
 
     /// Whether a truncation of the file broke this view's mapping (see `sys::sigbus`).

@@ -158,6 +158,11 @@ impl RawLock {
         if self.lease_ms.is_none()
             && let Some(g) = core::try_fast(&sh.state(), sh.participant, beacon)
         {
+            // The CAS may have been the access that found the file truncated: then it was
+            // made on private zero pages, and is no grant (`sys::sigbus`).
+            if sh.is_broken() {
+                return Err(crate::raw::handle::truncated(&sh.path));
+            }
             return Ok(self.held_unleased(sh, tid, g));
         }
         let g = self.contended(sh, tid, deadline, stop)?;

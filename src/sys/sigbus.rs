@@ -14,9 +14,10 @@
 //! with a typed error, a waiter gives up its wait at its next wake-up, and a guard's release
 //! reports the lock lost (the state it was granted in is gone).
 //!
-//! A fault outside every registered mapping is not ours: it goes to the handler that was
-//! there before ours (Rust's own guard-page handler, Python's `faulthandler`...), or, if that
-//! was the default, the default action is restored and the signal raised again.
+//! A fault outside every registered mapping is not ours, nor is a `SIGBUS` sent by `kill`
+//! (whatever its "address"): it goes to the disposition that was there before ours (Rust's own
+//! guard-page handler, Python's `faulthandler`...; ignored if it was ignored and not a fault;
+//! the default action otherwise), and our handler stays installed after a sent signal.
 //!
 //! The registry is a fixed table of atomics, so that the handler reads it without locks or
 //! allocation (both forbidden in a signal handler); a mapping registered while it is full is
@@ -25,7 +26,6 @@
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::Once;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// How many mappings can be registered at once.
@@ -59,7 +59,36 @@ unsafe impl Sync for Previous {}
 
 static PREVIOUS: Previous = Previous(UnsafeCell::new(MaybeUninit::uninit()));
 
-static INSTALL: Once = Once::new();
+/// 0: our handler is not installed; 1: installed; `pid << 1` (≥ 2): being installed by a
+/// thread of process `pid`. Not a `Once`: a fork while another thread is inside its
+/// `call_once` leaves the child waiting for it for good (as `sys::thread`'s fork handlers); a
+/// child that finds its parent's installation half-done installs it itself.
+static INSTALL: AtomicU64 = AtomicU64::new(0);
+
+/// Installs our handler once per process (see [`INSTALL`]).
+fn ensure_installed() {
+    loop {
+        // Acquire: pairs with the Release store of 1 (installed).
+        let state = INSTALL.load(Ordering::Acquire);
+        if state == 1 {
+            return;
+        }
+        let me = u64::from(std::process::id());
+        if state != 0 && state >> 1 == me {
+            std::thread::yield_now(); // another thread of ours is installing it
+            continue;
+        }
+        if INSTALL
+            .compare_exchange(state, me << 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            continue;
+        }
+        install();
+        INSTALL.store(1, Ordering::Release);
+        return;
+    }
+}
 
 /// A registered mapping; unregistered on drop.
 #[derive(Debug)]
@@ -93,7 +122,7 @@ impl Drop for Registration {
 /// Registers the mapping `[start, start + len)`, whose views belong to fork generation
 /// `generation` (installing the handler first, once).
 pub fn register(start: *const u8, len: usize, generation: u64) -> Registration {
-    INSTALL.call_once(install);
+    ensure_installed();
     let start = start as usize;
     if start != 0 && len != 0 {
         for (i, e) in ENTRIES.iter().enumerate() {
@@ -121,22 +150,34 @@ pub fn register(start: *const u8, len: usize, generation: u64) -> Registration {
     }
 }
 
-fn install() {
-    // SAFETY: PREVIOUS is written only here, once (under `Once`), by the kernel, before our
-    // handler (its only reader) is installed; a zeroed sigaction is a valid value;
-    // `sa_sigaction` is a handler of the SA_SIGINFO signature; the mask is initialised with
-    // sigemptyset.
+/// Our handler's disposition.
+fn ours() -> libc::sigaction {
+    // SAFETY: a zeroed sigaction is a valid value; `sa_sigaction` is a handler of the
+    // SA_SIGINFO signature; the mask is initialised with sigemptyset.
     unsafe {
-        let previous = PREVIOUS.0.get().cast::<libc::sigaction>();
-        previous.write(std::mem::zeroed());
-        if libc::sigaction(libc::SIGBUS, std::ptr::null(), previous) != 0 {
-            return; // not installed: a truncation kills, as without us
-        }
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_sigbus as *const () as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+        action
+    }
+}
+
+fn install() {
+    // SAFETY: PREVIOUS is written only here, by the one installer of this process (see
+    // `INSTALL`), before our handler (its only reader) is installed — or not at all when our
+    // handler is installed already (a parent forked us half-way through its installation:
+    // its PREVIOUS, written before, is ours too).
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut current) != 0 {
+            return; // not installed: a truncation kills, as without us
+        }
+        if current.sa_sigaction == on_sigbus as *const () as usize {
+            return;
+        }
+        PREVIOUS.0.get().cast::<libc::sigaction>().write(current);
+        libc::sigaction(libc::SIGBUS, &ours(), std::ptr::null_mut());
     }
 }
 
@@ -144,50 +185,32 @@ fn install() {
 /// `mmap`, `sigaction` and `raise` only.
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    for e in &ENTRIES {
-        // Acquire: pairs with `register`'s Release store of `start`.
-        let start = e.start.load(Ordering::Acquire);
-        if start == 0 || start == usize::MAX {
-            continue;
-        }
-        let len = e.len.load(Ordering::Relaxed);
-        if addr < start || addr - start >= len {
-            continue;
-        }
-        // SAFETY: `[start, start + len)` is a live mapping of ours (registered while mapped,
-        // unregistered before it is unmapped); replacing it with private anonymous pages of
-        // the same protection keeps every reference into it valid memory.
-        let p = unsafe {
-            libc::mmap(
-                start as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            break; // cannot repair: the fault is fatal, as without us
-        }
-        e.generation.store(BROKEN, Ordering::Relaxed);
-        return; // the faulting access is made again, on the zero page
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    // A fault has a positive code (BUS_ADRERR...); a signal sent by `kill`, `tgkill` or
+    // `sigqueue` has SI_USER or a negative one, and its "address" is the sender's pid and uid.
+    let fault = code > 0;
+    if fault && repair(addr) {
+        return; // the faulting access is made again, on the zero pages
     }
     // Not ours (or not repairable): the previous disposition.
     // SAFETY: PREVIOUS was written before this handler was installed and never since.
     let previous = unsafe { &*PREVIOUS.0.get().cast::<libc::sigaction>() };
     let handler = previous.sa_sigaction;
+    if handler == libc::SIG_IGN && !fault {
+        return; // ignored, as before us
+    }
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        // SAFETY: restoring the default disposition and raising again are async-signal-safe;
-        // a fault raised again by the faulting access (or this `raise`) then takes the
-        // default action.
+        // SAFETY: restoring the default disposition and raising again are async-signal-safe.
+        // A fault is then made again by the returning access and takes the default action;
+        // a sent signal is raised again.
         unsafe {
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
             libc::sigemptyset(&mut dfl.sa_mask);
             libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
-            libc::raise(libc::SIGBUS);
+            if !fault {
+                libc::raise(libc::SIGBUS);
+            }
         }
         return;
     }
@@ -201,4 +224,46 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
         f(sig);
     }
+    if !fault {
+        // A sent signal, handled: the previous handler may have reset the disposition (Rust's
+        // own guard-page handler does, for any address but a guard page's, relying on the
+        // fault coming back); ours stays. (After a fault it may not: that fault must take
+        // the default action when the access is made again.)
+        // SAFETY: sigaction is async-signal-safe; `ours()` is a valid disposition.
+        unsafe { libc::sigaction(libc::SIGBUS, &ours(), std::ptr::null_mut()) };
+    }
+}
+
+/// If `addr` lies in a registered mapping: maps private zero pages over it and marks it
+/// broken; true if so. Async-signal-safe: the table's atomics and `mmap`.
+fn repair(addr: usize) -> bool {
+    for e in &ENTRIES {
+        // Acquire: pairs with `register`'s Release store of `start`.
+        let start = e.start.load(Ordering::Acquire);
+        if start == 0 || start == usize::MAX {
+            continue;
+        }
+        let len = e.len.load(Ordering::Relaxed);
+        if addr < start || addr - start >= len {
+            continue;
+        }
+        // Broken first: a thread of ours that finds the zero pages (once mapped, below) must
+        // find the mapping broken too, or it could take a grant made in them for one.
+        e.generation.store(BROKEN, Ordering::Relaxed);
+        // SAFETY: `[start, start + len)` is a live mapping of ours (registered while mapped,
+        // unregistered before it is unmapped); replacing it with private anonymous pages of
+        // the same protection keeps every reference into it valid memory.
+        let p = unsafe {
+            libc::mmap(
+                start as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        return p != libc::MAP_FAILED; // if it failed, the fault is fatal, as without us
+    }
+    false
 }
