@@ -405,3 +405,67 @@ fn a_full_beacon_table_is_a_typed_error() {
     let again = FairLock::open(dir.join("again")).expect("room again");
     drop(again);
 }
+
+/// A fork while another thread is installing the `SIGBUS` handler (the process's first
+/// mapping of a lock file) never leaves the child waiting for that installation: the child
+/// installs it itself. The installing thread waits at the crash point `sigbus.installing`
+/// while the main thread forks.
+#[cfg(feature = "__test-crash-points")]
+#[test]
+fn a_fork_while_the_sigbus_handler_is_installed_does_not_hang_the_child() {
+    if role().is_some() {
+        let dir = std::path::PathBuf::from(common::env("FL_DIR"));
+        let path = dir.join("l");
+        let opener = {
+            let path = path.clone();
+            std::thread::spawn(move || drop(FairLock::open(&path).unwrap()))
+        };
+        let reached = dir.join("reached");
+        let t0 = Instant::now();
+        while !reached.exists() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the installation never began"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let pid = fork();
+        if pid == 0 {
+            let ok = FairLock::open(dir.join("other")).and_then(|l| l.try_lock().map(drop));
+            child_exit(if ok.is_ok() { 0 } else { 3 });
+        }
+        let t0 = Instant::now();
+        let code = loop {
+            let mut status = 0;
+            // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                break libc::WEXITSTATUS(status);
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                // SAFETY: our child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                break 1;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        std::fs::write(dir.join("release"), b"").unwrap();
+        opener.join().unwrap();
+        assert_eq!(code, 0, "the child's open (1: it never returned)");
+        return;
+    }
+    let dir = TempDir::new("fork-sigbus-install");
+    let d = dir.path().display().to_string();
+    let mut w = Worker::spawn(
+        dir.path(),
+        "a_fork_while_the_sigbus_handler_is_installed_does_not_hang_the_child",
+        "forker",
+        "forker",
+        &[
+            ("FL_DIR", d.clone()),
+            ("FAIRLOCK_CRASH", "sigbus.installing:wait".to_string()),
+            ("FAIRLOCK_CRASH_REACHED", format!("{d}/reached")),
+            ("FAIRLOCK_CRASH_RELEASE", format!("{d}/release")),
+        ],
+    );
+    wait_all(std::slice::from_mut(&mut w), Duration::from_secs(60));
+}

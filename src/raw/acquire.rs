@@ -161,7 +161,7 @@ impl RawLock {
             // The CAS may have been the access that found the file truncated: then it was
             // made on private zero pages, and is no grant (`sys::sigbus`).
             if sh.is_broken() {
-                return Err(crate::raw::handle::truncated(&sh.path));
+                return Err(broken(sh));
             }
             return Ok(self.held_unleased(sh, tid, g));
         }
@@ -377,6 +377,14 @@ fn guarded_hook<'h>(
             }
         }
     }
+}
+
+/// The error of an acquisition that found the file truncated (out of line: the uncontended
+/// path only tests for it).
+#[cold]
+#[inline(never)]
+fn broken(sh: &Shared) -> Error {
+    crate::raw::handle::truncated(&sh.path)
 }
 
 /// The outcome of an acquisition in the core, as the handle reports it. A grant made while a

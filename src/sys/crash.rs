@@ -8,9 +8,12 @@
 //! `CARGO_PRIMARY_PACKAGE` only for the packages selected on its command line, as for
 //! `cargo test` in this repository; a crate that merely depends on fairlock is not one).
 //!
-//! Configured by the environment variable `FAIRLOCK_CRASH=POINT[@N][:kill|:stop]`: at the
-//! `N`-th time (1-based, default 1) this process passes `POINT`, it raises `SIGKILL` (default)
-//! or `SIGSTOP` on itself. Without the feature, `crash_point!` expands to nothing.
+//! Configured by the environment variable `FAIRLOCK_CRASH=POINT[@N][:kill|:stop|:wait]`: at
+//! the `N`-th time (1-based, default 1) this process passes `POINT`, it raises `SIGKILL`
+//! (default) or `SIGSTOP` on itself, or (`wait`) the passing thread alone creates the file
+//! `$FAIRLOCK_CRASH_REACHED` and waits until the file `$FAIRLOCK_CRASH_RELEASE` exists (for
+//! what another thread of the process does meanwhile: fork, say). Without the feature,
+//! `crash_point!` expands to nothing.
 
 const _: () = assert!(
     option_env!("CARGO_PRIMARY_PACKAGE").is_some(),
@@ -62,6 +65,7 @@ fn read_plan() -> Option<Plan> {
         let (rest, signal) = match spec.rsplit_once(':') {
             Some((r, "stop")) => (r.to_string(), libc::SIGSTOP),
             Some((r, "kill")) => (r.to_string(), libc::SIGKILL),
+            Some((r, "wait")) => (r.to_string(), WAIT),
             _ => (spec.clone(), libc::SIGKILL),
         };
         let (point, nth) = match rest.split_once('@') {
@@ -79,7 +83,28 @@ pub fn hit(point: &str) {
         return;
     }
     if HITS.fetch_add(1, Relaxed) + 1 == plan.nth {
+        if plan.signal == WAIT {
+            wait_here();
+            return;
+        }
         // SAFETY: raise has no memory-safety preconditions.
         unsafe { libc::raise(plan.signal) };
+    }
+}
+
+/// The `wait` action (not a signal).
+const WAIT: libc::c_int = 0;
+
+/// Says the point was reached, then waits for the test to release this thread.
+fn wait_here() {
+    let (Some(reached), Some(release)) = (
+        std::env::var_os("FAIRLOCK_CRASH_REACHED"),
+        std::env::var_os("FAIRLOCK_CRASH_RELEASE"),
+    ) else {
+        return;
+    };
+    let _ = std::fs::write(reached, b"");
+    while !std::path::Path::new(&release).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }

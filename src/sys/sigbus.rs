@@ -84,6 +84,7 @@ fn ensure_installed() {
         {
             continue;
         }
+        crate::crash_point!("sigbus.installing");
         install();
         INSTALL.store(1, Ordering::Release);
         return;
