@@ -11,6 +11,9 @@ bash ci/deps.sh
 tmp="$(mktemp -d -t fairlock-tests.XXXXXX)"
 trap 'rm -rf "$tmp"' EXIT
 export TMPDIR="$tmp"
+# Line tables in the tests' backtraces (a failing worker's stderr names file and line); the
+# release profile itself ships none.
+export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 cargo test --release --all-features --workspace "$@"
 # The library's unit tests and the tests of the newest, arithmetic-heavy code again in a debug
 # build, where integer overflow panics instead of wrapping (a review found one that every
