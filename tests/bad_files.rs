@@ -816,34 +816,8 @@ fn no_write_access_is_said_plainly() {
         }
         0
     };
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        assert_eq!(check(), 0);
-        return;
-    }
-    // SAFETY: the child only drops privileges, opens files and leaves with `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // SAFETY: plain system calls; the child exits right after.
-        let code = unsafe {
-            if libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(65534) != 0
-                || libc::setuid(65534) != 0
-            {
-                20
-            } else {
-                check()
-            }
-        };
-        // SAFETY: `_exit` never returns.
-        unsafe { libc::_exit(code) }
-    }
-    let mut status = 0;
-    // SAFETY: `pid` is our child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(libc::WIFEXITED(status), "child died: {status}");
     assert_eq!(
-        libc::WEXITSTATUS(status),
+        common::as_another_user(check),
         0,
         "step failed (see the codes in `check`)"
     );

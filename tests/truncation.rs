@@ -40,36 +40,17 @@ fn wait_for(path: &Path, what: &str) {
     }
 }
 
-/// Truncates `path` to `len` bytes as the user nobody (65534) when we are root, else as
-/// ourselves; panics if that fails.
-fn truncate_as_another_user(path: &Path, len: i64) {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: the child only drops privileges, opens, truncates and leaves with `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // SAFETY: plain system calls on a valid NUL-terminated path; `_exit` never returns.
-        unsafe {
-            if libc::getuid() == 0
-                && (libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(65534) != 0
-                    || libc::setuid(65534) != 0)
-            {
-                libc::_exit(2);
-            }
-            let fd = libc::open(c.as_ptr(), libc::O_WRONLY);
-            if fd < 0 || libc::ftruncate(fd, len) != 0 {
-                libc::_exit(3);
-            }
-            libc::_exit(0);
-        }
-    }
-    let mut status = 0;
-    // SAFETY: `pid` is our child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "the truncation failed: {status}"
-    );
+/// Truncates `path` to `len` bytes as another user (nobody, when we are root); panics if that
+/// fails.
+fn truncate_as_another_user(path: &Path, len: u64) {
+    let code = common::as_another_user(|| {
+        let truncated = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_len(len));
+        if truncated.is_ok() { 0 } else { 3 }
+    });
+    assert_eq!(code, 0, "the truncation failed");
 }
 
 fn is_truncation(e: &Error) -> bool {

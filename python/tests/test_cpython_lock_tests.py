@@ -8,7 +8,7 @@ lock file:
   the same class);
 * ``ConditionTests`` with ``threading.Condition(fairlock.RLock(...))``.
 
-Only what the issue allows to differ is left out, each with its reason: ``repr`` formats that
+Only what may differ from ``threading`` is left out, each with its reason: ``repr`` formats that
 name CPython's own classes, and CPython-private methods (``_at_fork_reinit``). Without the
 interpreter's ``test`` package the module fails to import: these tests never skip quietly.
 """

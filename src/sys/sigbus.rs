@@ -250,6 +250,10 @@ fn repair(addr: usize) -> bool {
         }
         // Broken first: a thread of ours that finds the zero pages (once mapped, below) must
         // find the mapping broken too, or it could take a grant made in them for one.
+        // Relaxed: its readers are this process's threads, whose views read it Relaxed on
+        // every call; the remap below shoots down the TLB of every CPU that runs one of them
+        // (an interrupt, a full barrier there) before any of them can reach the zero pages,
+        // so a thread that reads them reads this store too.
         e.generation.store(BROKEN, Ordering::Relaxed);
         // SAFETY: `[start, start + len)` is a live mapping of ours (registered while mapped,
         // unregistered before it is unmapped); replacing it with private anonymous pages of

@@ -480,3 +480,39 @@ impl Gate {
         self.shm.atomic(1).store(1, Ordering::SeqCst);
     }
 }
+
+/// Runs `f` as another user — nobody (65534), in a forked child, when this process is root;
+/// else as ourselves, here — and returns its exit code: `f`'s result, or -1 if the child died
+/// of a signal, 20 if it could not drop privileges. `f` runs in a child of a possibly
+/// multi-threaded process: it must only use the library and the file system, and return.
+pub fn as_another_user(f: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return f();
+    }
+    // SAFETY: the child drops privileges, runs `f` (see above) and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: plain system calls; the child exits right after.
+        let code = unsafe {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
+                20
+            } else {
+                f()
+            }
+        };
+        // SAFETY: `_exit` never returns.
+        unsafe { libc::_exit(code) }
+    }
+    let mut status = 0;
+    // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    }
+}
