@@ -2,6 +2,7 @@
 # Installs what the tests need beyond Rust, when it is missing, from Debian's packages:
 #   etcd-server, etcd-client  a real etcd cluster for fairlock-etcd's tests (etcd, etcdctl)
 #   protobuf-compiler         protoc, which etcd-client's build script runs
+#   man-db                    man, for the test that reads the installed manual pages
 #   libprotobuf-dev           protobuf's well-known types (google/protobuf/*.proto), which
 #                             etcd's .proto files import (only "recommended" by protoc's
 #                             package, so --no-install-recommends leaves them out)
@@ -10,6 +11,7 @@ set -euo pipefail
 need=()
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v etcdctl >/dev/null || need+=(etcd-client)
+command -v man >/dev/null || need+=(man-db)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 [ -e /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 if [ ${#need[@]} -eq 0 ]; then

@@ -1,6 +1,22 @@
 //! The help texts: what `fairlock --help` and each subcommand's `--help` print after the
 //! options (examples, the environment, exit status), and `fairlock run`'s usage lines.
 
+/// What `fairlock --help` and the manual page fairlock(1) say first.
+pub const ABOUT: &str = "\
+Run commands one at a time, in arrival order, under a lock shared by processes.
+
+fairlock run takes a lock as flock(1) does, but strictly fair: every fairlock run on the
+same LOCKFILE waits its turn in arrival order (first come, first served), and a holder or
+waiter that dies never blocks the others: the next holder takes over and is told
+(FAIRLOCK_OWNER_DIED=1). A lock may carry a lease (--lease) after which the next waiter
+takes it over, and every grant a fencing token (FAIRLOCK_TOKEN). The lock's state lives in
+LOCKFILE, which every user needs write access to; waiters sleep until their turn. A
+LOCKFILE holds an exclusive lock, a reader/writer lock (-s, -x), a semaphore (--permits N)
+or any number of named locks (--name KEY); etcd://HOST:PORT/NAME is the same lock across
+hosts (a build with the etcd feature). fairlock lock and unlock take the lock for a shell's
+descriptor, fairlock status shows who holds and who waits, fairlock demo compares with
+flock(2).";
+
 /// After the subcommands in `fairlock --help` (the exit-code table follows).
 pub const MAIN: &str = "\
 Examples:
@@ -11,7 +27,8 @@ Examples:
 
 Every `fairlock run` on the same LOCKFILE waits its turn in arrival order (first come,
 first served); a waiter or holder that dies never blocks the others.
-See docs/CLI.md for details.";
+Manual: man fairlock, man fairlock-run, ... (installed next to this binary by
+`fairlock generate --install`); https://github.com/fairlock-rs/fairlock.";
 
 /// `fairlock run`'s usage lines (with COMMAND, or with -c).
 pub const RUN_USAGE: &str = "\
@@ -101,3 +118,21 @@ Needs no setup: the lock files live in a fresh directory under $XDG_RUNTIME_DIR 
 Steps 1 and 2 run once with fairlock and once with flock(2) on another file.
 Progress goes to stderr (one updating line on a terminal); results to stdout;
 --plot FILE also draws steps 1 and 2 as an SVG picture.";
+
+/// After the options in `fairlock generate --help`.
+pub const GENERATE: &str = "\
+Examples:
+  fairlock generate --install          # after cargo install: man fairlock works
+  fairlock generate man | man -l -     # read the page without installing it
+  fairlock generate bash > ~/.local/share/bash-completion/completions/fairlock
+
+--install writes PREFIX/share/man/man1/fairlock.1 and one page per subcommand
+(fairlock-run.1, ...), PREFIX/share/bash-completion/completions/fairlock,
+PREFIX/share/zsh/site-functions/_fairlock and
+PREFIX/share/fish/vendor_completions.d/fairlock.fish, replacing earlier versions. man
+finds the pages by itself when PREFIX/bin is on PATH (as ~/.cargo/bin is), bash the
+completions too; zsh needs PREFIX/share/zsh/site-functions on its fpath, fish
+PREFIX/share on XDG_DATA_DIRS unless PREFIX is /usr or /usr/local.
+
+Exit status: 0; 64 usage; 66 a file or directory cannot be written; 71 this
+executable's path is unknown (give --prefix).";

@@ -9,6 +9,7 @@ mod demo;
 mod etcd;
 mod exit;
 mod fdform;
+mod generate;
 mod help;
 mod inherited;
 mod kind;
@@ -35,7 +36,7 @@ use exit::Failure;
     name = "fairlock",
     version,
     about = "Run commands one at a time, in arrival order, under a lock shared by processes",
-    long_about = None,
+    long_about = help::ABOUT,
     after_help = format!("{}\n\n{}", help::MAIN, exit::TABLE),
 )]
 pub struct Cli {
@@ -61,6 +62,9 @@ enum Command {
     /// Show fairness and crash recovery against flock(2), with no setup (about 10 s).
     #[command(after_help = help::DEMO)]
     Demo(DemoArgs),
+    /// Print or install the manual pages (man fairlock) and the bash, zsh and fish completions.
+    #[command(after_help = help::GENERATE)]
+    Generate(generate::GenerateArgs),
     /// Internal: one worker process of `fairlock demo`.
     #[command(name = "__demo-worker", hide = true)]
     DemoWorker(demo::WorkerArgs),
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
             Some(address) => status_on_etcd(&args, address),
         },
         Command::Demo(args) => demo::main(&args),
+        Command::Generate(args) => generate::main(&args, <Cli as clap::CommandFactory>::command()),
         Command::DemoWorker(args) => demo::worker(&args),
     };
     match result {
@@ -144,7 +149,7 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
             let _ = writeln!(
                 std::io::stderr(),
-                "fairlock: missing subcommand: run, status or demo (see 'fairlock --help')"
+                "fairlock: missing subcommand: run, lock, unlock, status, demo or generate (see 'fairlock --help')"
             );
             ExitCode::from(exit::USAGE)
         }
@@ -184,7 +189,7 @@ fn flock_habit_hint(kind: clap::error::ErrorKind, args: &[String]) -> Option<Str
             };
             Some(format!(
                 "did you mean `fairlock run {first} -- {cmd}`? (flock(1) takes the file first; \
-                 fairlock takes a subcommand: run, lock, unlock, status, demo)"
+                 fairlock takes a subcommand: run, lock, unlock, status, demo, generate)"
             ))
         }
         _ => None,
@@ -208,7 +213,7 @@ fn one_line(rendered: &str) -> String {
     }
     let sub = std::env::args()
         .nth(1)
-        .filter(|a| ["run", "status", "demo"].contains(&a.as_str()));
+        .filter(|a| ["run", "lock", "unlock", "status", "demo", "generate"].contains(&a.as_str()));
     match sub {
         Some(sub) => out.push_str(&format!(" (see 'fairlock {sub} --help')")),
         None => out.push_str(" (see 'fairlock --help')"),
