@@ -55,12 +55,14 @@
 //! * the API — the types above.
 
 #![warn(missing_docs)]
+// Under loom only `core` is built: what the rest of the crate uses of it is unused then.
+#![cfg_attr(fairlock_loom, allow(dead_code))]
 
 /// Marks a named step of the protocol for the crash suite (private feature `__test-crash-points`, see
 /// `src/sys/crash.rs`); nothing otherwise.
 macro_rules! crash_point {
     ($name:literal) => {
-        #[cfg(all(feature = "__test-crash-points", not(loom)))]
+        #[cfg(all(feature = "__test-crash-points", not(fairlock_loom)))]
         $crate::sys::crash::hit($name);
     };
 }
@@ -70,16 +72,16 @@ mod core;
 mod error;
 mod names;
 mod primitive;
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 mod process;
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 mod raw;
 
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 mod api;
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 mod file;
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 mod sys;
 
 /// Not part of the API, and not covered by semver: what fairlock's own harnesses reach.
@@ -105,7 +107,7 @@ pub mod __internal {
     pub mod core {
         pub use crate::core::*;
     }
-    #[cfg(not(loom))]
+    #[cfg(not(fairlock_loom))]
     pub use crate::file::{Verdict, validate_header};
 }
 
@@ -115,7 +117,7 @@ pub mod __internal {
 pub use bytemuck;
 pub use error::{Error, Result};
 
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 pub use api::{
     fd_form::{FdGrant, FdMode, unlock_fd},
     guard::LockGuard,

@@ -1,13 +1,13 @@
 //! The one place the crate takes its atomics from.
 //!
-//! Under `cfg(loom)` these are loom's model-checked atomics, otherwise `core`'s. Every module
+//! Under `cfg(fairlock_loom)` these are loom's model-checked atomics, otherwise `core`'s. Every module
 //! imports atomics from here, so the lock algorithm in [`crate::core`] runs unchanged under loom,
 //! under Miri and over the shared mapping.
 
-#[cfg(loom)]
+#[cfg(fairlock_loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, fence};
 
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, fence};
 
 pub(crate) use core::sync::atomic::Ordering;
@@ -16,9 +16,9 @@ pub(crate) use core::sync::atomic::Ordering;
 /// loom.
 #[inline]
 pub(crate) fn yield_now() {
-    #[cfg(loom)]
+    #[cfg(fairlock_loom)]
     loom::thread::yield_now();
-    #[cfg(not(loom))]
+    #[cfg(not(fairlock_loom))]
     std::thread::yield_now();
 }
 
@@ -32,8 +32,8 @@ pub(crate) fn yield_now() {
 /// `core::acquire::spin_while`).
 #[inline]
 pub(crate) fn spin_step() {
-    #[cfg(loom)]
+    #[cfg(fairlock_loom)]
     loom::thread::yield_now();
-    #[cfg(not(loom))]
+    #[cfg(not(fairlock_loom))]
     core::hint::spin_loop();
 }

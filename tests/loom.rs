@@ -1,7 +1,7 @@
 //! loom models of the lock algorithm (`src/core`) on heap state with the scripted platform.
 //!
-//! Run with `ci/loom.sh` (`RUSTFLAGS="--cfg loom" cargo test --release --test loom`). Without
-//! `--cfg loom` this file is empty.
+//! Run with `ci/loom.sh` (`RUSTFLAGS="--cfg fairlock_loom" cargo test --release --test loom`). Without
+//! `--cfg fairlock_loom` this file is empty.
 //!
 //! Every model ends with every waiter granted (nobody waits for a release that never comes),
 //! and checks, after joining, that the queue is left with exactly one next holder (or none and
@@ -12,7 +12,7 @@
 //! the owning thread), not part of `core`, so there is no model for it here. Slot reuse, the
 //! lease protocol across reuse, the died flag across reuse and the clean-up of a dead
 //! participant's entry are modelled (bugs that need them are invisible to models without them).
-#![cfg(loom)]
+#![cfg(fairlock_loom)]
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 

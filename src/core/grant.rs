@@ -131,7 +131,7 @@ pub enum WaitError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lost;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fairlock_loom)))]
 mod tests {
     use super::Grant;
 

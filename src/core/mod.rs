@@ -72,7 +72,7 @@ pub mod robust;
 pub mod state;
 pub mod weighted;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fairlock_loom)))]
 mod tests;
 
 pub use acquire::{lock, lock_queued, lock_watched, take, try_lock};

@@ -265,7 +265,7 @@ impl NamesGeometry {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<NamesHeader>() == HEADER_SIZE);
@@ -292,7 +292,7 @@ const _: () = {
     assert!(offset_of!(NameEntry, key) == 24);
 };
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fairlock_loom)))]
 mod tests {
     use super::*;
 

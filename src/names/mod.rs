@@ -2,12 +2,12 @@
 //! and protocol (pure, over the mapping's atomics), the file that holds them, and opening a
 //! name for the API.
 
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 pub mod file;
 pub mod layout;
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 pub mod open;
 pub mod table;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fairlock_loom)))]
 mod tests;

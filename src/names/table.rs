@@ -391,7 +391,7 @@ pub fn compact(t: &impl NameTable) -> u64 {
     occupied
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fairlock_loom)))]
 mod tests {
     use super::*;
 

@@ -160,7 +160,7 @@ pub const PARTICIPANT_SIZE: usize = 32;
 /// Size of a slot in bytes.
 pub const SLOT_SIZE: usize = 64;
 
-#[cfg(not(loom))]
+#[cfg(not(fairlock_loom))]
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
     assert!(size_of::<Header>() == HEADER_SIZE);

@@ -57,7 +57,7 @@ pub fn recover<P: Platform>(
     }
     let mut h = at;
     for _ in 0..MAX_STEPS {
-        #[cfg(all(test, not(loom)))]
+        #[cfg(all(test, not(fairlock_loom)))]
         crate::core::weighted::walk::STEPS.with(|c| c.set(c.get() + 1));
         if !before(h, me) {
             break;

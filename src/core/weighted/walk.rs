@@ -53,7 +53,7 @@ use crate::core::weighted::news::{collect_news, count_replaced_news, is_news};
 use crate::primitive::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use crate::primitive::fence;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(fairlock_loom)))]
 thread_local! {
     /// Tickets the weighted walks and recoveries of this thread looked at (unit tests count them).
     pub(crate) static STEPS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
@@ -217,7 +217,7 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
     let mut steps = 0u64;
     while steps < MAX_STEPS {
         steps += 1;
-        #[cfg(all(test, not(loom)))]
+        #[cfg(all(test, not(fairlock_loom)))]
         STEPS.with(|c| c.set(c.get() + 1));
         let slot = st.slot(h);
         let lap = st.lap(h);
