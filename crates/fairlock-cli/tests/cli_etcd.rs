@@ -3,7 +3,7 @@
 
 #![cfg(feature = "etcd")]
 
-#[path = "../../fairlock-etcd/tests/common/cluster.rs"]
+#[path = "../../fairlock-etcd/tests/cluster/common/cluster.rs"]
 mod cluster;
 
 use std::os::unix::process::ExitStatusExt;

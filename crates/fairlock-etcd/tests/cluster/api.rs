@@ -1,12 +1,12 @@
 //! The API on a real cluster: errors for bad input, try_lock and timeouts that leave no
 //! trace in the queue, unlock semantics, status, the async API.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
-use common::connect;
+use crate::common::cluster::Cluster;
+use crate::common::connect;
 use fairlock_etcd::{AsyncEtcdLock, Error, EtcdLock};
 
 #[test]

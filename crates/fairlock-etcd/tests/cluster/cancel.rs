@@ -5,13 +5,13 @@
 //! The faults are put between one client and etcd by a TCP proxy (`common::proxy`); the
 //! independent scenarios of each test run side by side on one cluster.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
-use common::proxy::{Proxy, Replies};
-use common::{connect_async, keys, runtime, show, until_status};
+use crate::common::cluster::Cluster;
+use crate::common::proxy::{Proxy, Replies};
+use crate::common::{connect_async, keys, runtime, show, until_status};
 use fairlock_etcd::Error;
 
 const RT: Duration = Duration::from_secs(2);

@@ -1,12 +1,12 @@
 //! Cluster faults: one member of three killed (locking goes on), one hung (a holder keeps its
 //! lease), two killed (clear errors and no grant without a quorum, recovery when they return).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
-use common::{connect, kind};
+use crate::common::cluster::Cluster;
+use crate::common::{connect, kind};
 use fairlock_etcd::Error;
 
 #[test]

@@ -6,13 +6,13 @@
 //!
 //! The independent scenarios of each test run side by side on one cluster.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
-use common::proxy::{Proxy, Replies};
-use common::{connect_async, keys, runtime, show, until_status};
+use crate::common::cluster::Cluster;
+use crate::common::proxy::{Proxy, Replies};
+use crate::common::{connect_async, keys, runtime, show, until_status};
 use fairlock_etcd::Error;
 
 /// A release whose answer is lost (etcd applied it; the next waiter was granted meanwhile and

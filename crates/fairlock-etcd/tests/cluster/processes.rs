@@ -1,13 +1,13 @@
 //! The lock across real processes on a real 3-member cluster: FIFO, a SIGKILLed holder, a
 //! SIGSTOPped holder past its TTL, a waiter whose own lease is revoked.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
-use common::{connect, env, outcome, put_file, role, spawn_worker, temp_dir, wait_file};
+use crate::common::cluster::Cluster;
+use crate::common::{connect, env, outcome, put_file, role, spawn_worker, temp_dir, wait_file};
 
 /// Worker "fifo": connect, queue, append "start TOKEN I" / "end I" to LOG under the lock.
 /// Worker "hold": lock, write "TOKEN DIED" to OUT, wait for GO, then write the outcomes of
@@ -66,7 +66,7 @@ fn fifo_across_six_processes() {
     let mut children = Vec::new();
     for i in 0..6 {
         children.push(spawn_worker(
-            "fifo_across_six_processes",
+            "processes::fifo_across_six_processes",
             "fifo",
             &[
                 ("ENDPOINTS", cluster.joined()),
@@ -134,7 +134,7 @@ fn killed_holder_is_taken_over_after_its_ttl_with_owner_died() {
     let cluster = Cluster::start("kill");
     let dir = temp_dir("kill");
     let mut child = hold_worker(
-        "killed_holder_is_taken_over_after_its_ttl_with_owner_died",
+        "processes::killed_holder_is_taken_over_after_its_ttl_with_owner_died",
         &cluster,
         "kill",
         &dir,
@@ -176,7 +176,7 @@ fn stopped_holder_past_its_ttl_loses_the_lock_and_is_told() {
     let cluster = Cluster::start("stop");
     let dir = temp_dir("stop");
     let mut child = hold_worker(
-        "stopped_holder_past_its_ttl_loses_the_lock_and_is_told",
+        "processes::stopped_holder_past_its_ttl_loses_the_lock_and_is_told",
         &cluster,
         "stop",
         &dir,

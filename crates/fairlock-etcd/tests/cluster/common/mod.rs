@@ -1,7 +1,7 @@
 //! Helpers of the integration tests: the real cluster (`cluster`), and worker processes (the
 //! test binary re-executed in a role, the way a user's separate program would use the lock).
 
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code)] // not every helper is used by every build of the tests
 
 pub mod cluster;
 pub mod proxy;
@@ -25,9 +25,24 @@ pub fn env(key: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| panic!("worker: missing env var {key}"))
 }
 
-/// Starts this test binary again as a worker running test `test` in role `role`.
+/// Starts this test binary again as a worker running test `test` (its full name,
+/// `module::name`) in role `role`. Panics if the binary has no such test: a worker of a
+/// misnamed test would run nothing and exit 0.
 pub fn spawn_worker(test: &str, role: &str, vars: &[(&str, String)]) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    let exe = std::env::current_exe().unwrap();
+    let listed = Command::new(&exe)
+        .args([test, "--exact", "--list"])
+        .env_remove(ROLE)
+        .output()
+        .expect("list the tests of this binary");
+    assert!(
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .any(|l| l == format!("{test}: test")),
+        "no test named {test:?} in {}: a worker of it would run nothing",
+        exe.display()
+    );
+    let mut cmd = Command::new(exe);
     cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(ROLE, role);
     for (k, v) in vars {
