@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The Python package (python/, built from crates/fairlock-python): creates a fresh virtual
-# environment in target/python-venv, installs the pinned test tools and the peers the tests
-# and python/bench compare against, builds and installs the package exactly as README says
-# (`pip install ./python`: maturin, in pip's isolated build environment), runs its tests
+# The Python package (python/, built from crates/fairlock-python), tested as users install
+# it: builds the wheel and the sdist for the package index (ci/wheel.sh, into
+# target/wheels/), creates a fresh virtual environment in target/python-venv, installs the
+# pinned test tools, the peers the tests and python/bench compare against, and the wheel
+# (`pip install target/wheels/fairlock-*.whl`, nothing else), runs the tests against it
 # (pytest, real processes) and a quick run of its bench. Runnable on its own; ci/test.sh
-# runs it last. PYTHON picks the interpreter (default python3, CPython >= 3.9).
+# runs it after the Rust tests. PYTHON picks the interpreter (default python3, CPython >= 3.9).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -13,15 +14,16 @@ venv="$root/target/python-venv"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 
 start=$SECONDS
+bash ci/wheel.sh
 echo "== python: venv ($("$python" --version)) in ${venv#"$root"/}"
 "$python" -m venv --clear "$venv"
 py="$venv/bin/python"
 echo "== python: test tools and peers (pinned)"
 "$py" -m pip install --quiet \
-    maturin==1.16.0 pytest==9.2.0 mypy==2.4.1 \
+    pytest==9.2.0 mypy==2.4.1 \
     diskcache==5.6.3 filelock==4.3.2 portalocker==4.4.2 fasteners==0.20
-echo "== python: pip install ./python (maturin build of crates/fairlock-python)"
-"$py" -m pip install --quiet ./python
+echo "== python: pip install target/wheels/fairlock-*.whl (the wheel, into the fresh venv)"
+"$py" -m pip install --quiet --no-index "$root"/target/wheels/fairlock-*.whl
 "$py" -c 'import fairlock; print("fairlock", fairlock.__version__, "from", fairlock.__file__)'
 echo "== python: the type stubs match the module (mypy.stubtest)"
 (cd "$venv" && "$py" -m mypy.stubtest fairlock) # in the venv: its .mypy_cache goes there
