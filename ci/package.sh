@@ -8,7 +8,8 @@
 #   3. `cargo install --path crates/fairlock-cli` on a machine without protoc (PROTOC points
 #      at nothing, so a build that needed it would fail), then README's `fairlock generate
 #      --install`, after which `man fairlock` finds the page.
-#   4. the Python sdist (ci/wheel.sh's) builds and imports in a fresh venv, as
+#   4. the Python sdist (ci/wheel.sh's, which the test run makes before; made here when
+#      missing) builds and imports in a fresh venv, as
 #      `pip install fairlock-VERSION.tar.gz` does where no wheel fits.
 # The wheel is checked by ci/wheel.sh and tested in a fresh venv by ci/python.sh.
 set -euo pipefail
@@ -51,7 +52,8 @@ cargo package --workspace --locked --exclude fairlock-bench --exclude fairlock-p
 for crate in fairlock fairlock-cli fairlock-etcd; do
     f="target/package/$crate-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1).crate"
     [ -s "$f" ] || { echo "package: no $f" >&2; exit 1; }
-    tar -tzf "$f" | grep -qx "$crate-[0-9.]*/LICENSE-MIT" ||
+    tar -tzf "$f" >"$tmp/files"
+    grep -qx "$crate-[0-9.]*/LICENSE-MIT" "$tmp/files" ||
         { echo "package: $f has no LICENSE-MIT" >&2; exit 1; }
 done
 
