@@ -3,8 +3,8 @@
 #   1. a crate that depends on the library (as `cargo add fairlock` makes it) locks only the
 #      library's own dependencies: loom, behind `cfg(fairlock_loom)` and a private feature,
 #      stays out of users' Cargo.lock;
-#   2. `cargo package --workspace`: every crate makes its package, and the published ones
-#      (fairlock, fairlock-cli, fairlock-etcd) build from their packages alone;
+#   2. `cargo package --workspace`: every crate makes its package, and the library's builds
+#      from its package alone;
 #   3. `cargo install --path crates/fairlock-cli` on a machine without protoc (PROTOC points
 #      at nothing, so a build that needed it would fail), then README's `fairlock generate
 #      --install`, after which `man fairlock` finds the page.
@@ -43,12 +43,12 @@ if [ "$locked" != "$want" ]; then
     exit 1
 fi
 
-echo "== package: cargo package --workspace (the published crates built from their packages)"
-# Every member's package is made (fairlock-bench and fairlock-python are never published:
-# made and listed, not built); the three published ones are then built from their packages
-# alone, against each other's packages.
+echo "== package: cargo package --workspace (the library built from its package)"
+# Every member's package is made, its manifest and dependencies resolved against the others'
+# packages; the library's (the one package whose files are chosen by a list) is then built
+# from its package alone.
 cargo package --workspace --locked --no-verify
-cargo package --workspace --locked --exclude fairlock-bench --exclude fairlock-python
+cargo package --locked -p fairlock
 for crate in fairlock fairlock-cli fairlock-etcd; do
     f="target/package/$crate-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1).crate"
     [ -s "$f" ] || { echo "package: no $f" >&2; exit 1; }

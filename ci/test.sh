@@ -21,12 +21,17 @@ cleanup() {
 trap cleanup EXIT
 export TMPDIR="$tmp"
 # The tests' build: line tables in their backtraces (a failing worker's stderr names file and
-# line), and integer overflow and debug assertions checked as in a debug build (a review found
-# an overflow that release builds had hidden: docs/TESTING.md, "Issue 12"). The release
-# profile itself ships none of these; ci/wheel.sh unsets them.
+# line); in fairlock's own crates, integer overflow and debug assertions checked as in a debug
+# build (a review found an overflow that release builds had hidden: docs/TESTING.md, "Issue
+# 12"). The release profile itself ships none of these (ci/wheel.sh unsets the line tables).
 export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
-export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true
-export CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true
+checks=()
+for crate in fairlock fairlock-cli fairlock-etcd fairlock-python; do
+    checks+=(--config "profile.release.package.$crate.overflow-checks=true"
+        --config "profile.release.package.$crate.debug-assertions=true")
+done
+# Every crate but the benchmarks (which have no tests; clippy builds them).
+what=(--release --all-features --workspace --exclude fairlock-bench "${checks[@]}")
 full=$(( $# == 0 ))
 if [ "$full" = 1 ]; then
     # The loom models are CPU-bound and the suites below mostly wait (for processes, timeouts,
@@ -36,8 +41,16 @@ if [ "$full" = 1 ]; then
     loom_pid=$!
 fi
 start=$SECONDS
-cargo test --release --all-features --workspace "$@"
-echo "== cargo test done in $((SECONDS - start)) s"
+if [ "$full" = 1 ] && cargo nextest --version >/dev/null 2>&1; then
+    # cargo-nextest, where it is installed, runs the test binaries side by side (two tests
+    # at a time, as cargo test runs the tests of one binary), each test in a process of its
+    # own; the doctests, which it does not run, then run through cargo test.
+    cargo nextest run "${what[@]}" --no-fail-fast
+    cargo test "${what[@]}" --doc
+else
+    cargo test "${what[@]}" "$@"
+fi
+echo "== Rust tests done in $((SECONDS - start)) s"
 if [ "$full" = 1 ]; then
     bash ci/python.sh
     echo "== loom (ran beside the tests above; ci/loom.sh)"

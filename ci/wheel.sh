@@ -17,10 +17,8 @@ python="${PYTHON:-python3}"
 venv="$root/target/wheel-venv"
 out="$root/target/wheels"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-# What ships is built as users build it: the test suite's settings (line tables, overflow
-# checks) stay out of it.
-unset CARGO_PROFILE_RELEASE_DEBUG CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS \
-    CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS
+# What ships is built as users build it: the test suite's line tables stay out of it.
+unset CARGO_PROFILE_RELEASE_DEBUG
 
 tools="maturin==1.16.0 ziglang==0.15.1 twine==7.0.0"
 if [ "$(cat "$venv/.tools" 2>/dev/null)" != "$tools" ]; then
