@@ -238,7 +238,16 @@ impl<'a> LockGuard<'a> {
             sh.hold.depth.store(0, Relaxed);
             sh.hold.owner.store(0, Relaxed);
         }
-        match core::release_unleased_fast(&sh.state(), self.ticket, sh.participant, self.fast()) {
+        let outcome = if self.fast() {
+            Some(core::release_fast_grant(
+                sh.header(),
+                self.ticket,
+                sh.participant,
+            ))
+        } else {
+            core::release_unleased_fast(&sh.state(), self.ticket, sh.participant, false)
+        };
+        match outcome {
             Some(true) => Ok(()),
             outcome => self.finish_unleased(outcome),
         }
@@ -383,12 +392,24 @@ impl LockGuard<'_> {
 impl Drop for LockGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            let _ = self.release_poisoned();
+        let released = if std::thread::panicking() {
+            self.release_poisoned()
         } else {
-            let _ = self.release();
+            self.release()
+        };
+        // Only an error has anything to drop: out of line, so that the uncontended unlock
+        // does not call the drop of a `Result` that is `Ok`.
+        if let Err(e) = released {
+            discard(e);
         }
     }
+}
+
+/// Drops an error that `Drop` cannot report (see "Dropping a guard whose lease was lost").
+#[cold]
+#[inline(never)]
+fn discard(e: Error) {
+    drop(e);
 }
 
 impl std::fmt::Debug for LockGuard<'_> {

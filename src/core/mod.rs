@@ -77,13 +77,15 @@ mod tests;
 
 pub use acquire::{lock, lock_queued, lock_watched, take, try_lock};
 pub use advance::advance;
-pub use exclusive::fast::{Taken, end_fast, release_fast, try_fast};
+pub use exclusive::fast::{Taken, end_fast, release_fast, release_fast_on, try_fast, try_fast_on};
 pub use grant::{Grant, Lost, Me, WaitError};
 pub use platform::{Liveness, Platform, Tuning};
 pub use queue::claim::{Claim, claim_granted};
 pub use queue::publish::{LappedGiveUp, Look, Published, give_up_lapped, publish, publish_once};
 pub use queue::watch::{Ahead, INTERRUPT_POLL_NS, Watch};
-pub use release::{check, finish_unleased_release, release, release_unleased_fast, revoke_own};
+pub use release::{
+    check, finish_unleased_release, release, release_fast_grant, release_unleased_fast, revoke_own,
+};
 pub use robust::cleanup::clean_up_participant;
 pub use robust::leasing::extend;
 pub use robust::recover::recover;

@@ -3,10 +3,10 @@
 
 use super::{Grant, Lost};
 use crate::core::advance::advance;
-use crate::core::exclusive::fast::{end_fast, is_fast_grant, release_fast};
+use crate::core::exclusive::fast::{end_fast, is_fast_grant, release_fast_on};
 use crate::core::platform::Platform;
 use crate::core::robust::leasing::{finish_revocation, lease_of, revoked};
-use crate::core::state::format::cas;
+use crate::core::state::format::{Header, cas};
 use crate::core::state::lease::Lease;
 use crate::core::state::slot_word::{LapRelation, State, Word, relate};
 use crate::core::state::{LockState, Slot};
@@ -66,7 +66,7 @@ pub fn release<P: Platform>(
 }
 
 /// The release of a grant without a lease, minus its rare endings, for inlining into the
-/// caller. A fast grant (`fast`): the one CAS on the lock word ([`release_fast`]),
+/// caller. A fast grant (`fast`): the one CAS on the lock word ([`release_fast`](crate::core::exclusive::fast::release_fast)),
 /// `Some(true)` if it did it all. A grant held through its slot: if ticket `t` is still held
 /// by `participant`, stores `Done` and answers `Some(false)` (the walk that passes the lock
 /// on is left to [`finish_unleased_release`]); `None`, no longer ours (nothing was written).
@@ -78,8 +78,7 @@ pub fn release_unleased_fast(
     fast: bool,
 ) -> Option<bool> {
     if fast {
-        crate::crash_point!("release.start");
-        return Some(release_fast(st, t, participant));
+        return Some(release_fast_grant(st.header(), t, participant));
     }
     crate::crash_point!("release.start");
     let (slot, w) = held_word(st, t, participant)?;
@@ -90,6 +89,14 @@ pub fn release_unleased_fast(
     slot.word.store(w.with_state(State::Done).0, Release);
     crate::crash_point!("release.done");
     Some(false)
+}
+
+/// [`release_unleased_fast`] of a fast grant, on the header alone (all it touches): true if
+/// the one CAS on the lock word did it all.
+#[inline(always)]
+pub fn release_fast_grant(header: &Header, t: u64, participant: u32) -> bool {
+    crate::crash_point!("release.start");
+    release_fast_on(header, t, participant)
 }
 
 /// The barge count of grant `g` if it is a barge (see [`crate::core::exclusive::barge`]).

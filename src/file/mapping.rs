@@ -124,6 +124,15 @@ impl Mapping {
         std::ptr::NonNull::new(p)
     }
 
+    /// The header alone: all that the uncontended lock and unlock touch (no view built).
+    #[inline(always)]
+    pub fn header(&self) -> &Header {
+        // SAFETY: invariant 1 (`base` in bounds, alive for `'_`, 64-aligned so aligned for
+        // Header) and invariant 3 (any bytes are a valid Header; shared mutation is through
+        // atomics).
+        unsafe { &*self.map.as_ptr().add(self.base).cast::<Header>() }
+    }
+
     /// The shared state.
     #[inline]
     pub fn state(&self) -> LockState<'_> {

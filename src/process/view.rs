@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::core::state::Participant;
+use crate::core::state::{Header, Participant};
 use crate::core::{self, LockState};
 use crate::error::{Error, Result};
 use crate::file::{CreateOptions, Mapping, open_lock_file};
@@ -256,6 +256,12 @@ impl Shared {
     #[inline]
     pub(crate) fn state(&self) -> LockState<'_> {
         self.mapping.state()
+    }
+
+    /// The header alone (see [`Mapping::header`]).
+    #[inline(always)]
+    pub(crate) fn header(&self) -> &Header {
+        self.mapping.header()
     }
 
     /// The file's layout (its data area included).

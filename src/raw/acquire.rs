@@ -156,7 +156,7 @@ impl RawLock {
         // one CAS on the lock word.
         let beacon = if self.beacon_hints { beacon } else { 0 };
         if self.lease_ms.is_none()
-            && let Some(g) = core::try_fast(&sh.state(), sh.participant, beacon)
+            && let Some(g) = core::try_fast_on(sh.header(), sh.participant, beacon, || sh.state())
         {
             // The CAS may have been the access that found the file truncated: then it was
             // made on private zero pages, and is no grant (`sys::sigbus`).

@@ -22,6 +22,7 @@ use crate::core::platform::Platform;
 use crate::core::queue::frontier::raise_head;
 use crate::core::queue::given_up::refresh_slots;
 use crate::core::state::LockState;
+use crate::core::state::format::Header;
 use crate::core::state::lock_state::cas_word;
 use crate::core::state::lock_word::{self, LockWord};
 use crate::core::{Grant, Me};
@@ -32,22 +33,35 @@ use crate::primitive::Ordering::{Acquire, Relaxed, Release};
 /// (or the CAS lost a race); the caller queues with [`take`].
 #[inline(always)]
 pub fn try_fast(st: &LockState<'_>, participant: u32, beacon: u32) -> Option<Grant> {
+    try_fast_on(st.header(), participant, beacon, || *st)
+}
+
+/// [`try_fast`] on the header alone, which is all it touches unless its ticket wraps the
+/// counter: then `state()` gives the view whose slots it refreshes. For the API's inlined
+/// uncontended path, which then builds no view.
+#[inline(always)]
+pub fn try_fast_on<'a>(
+    header: &'a Header,
+    participant: u32,
+    beacon: u32,
+    state: impl FnOnce() -> LockState<'a>,
+) -> Option<Grant> {
     // Relaxed: only a guess at the value the CAS below expects.
-    let w = st.lock_word(Relaxed);
+    let w = LockWord(header.word.load(Relaxed));
     if w.held() || w.queued() {
         return None;
     }
     // Acquire: pairs with the Release CAS that freed the word (see the module notes).
-    st.header()
+    header
         .word
         .compare_exchange(w.0, w.acquired(participant).0, Acquire, Relaxed)
         .ok()?;
     crate::crash_point!("fast.acquired");
     if lock_word::wraps(w) {
-        refresh_slots(st);
+        refresh_slots(&state());
     }
-    let ticket = st.ticket_of(w);
-    publish_hint(st, ticket, beacon);
+    let ticket = header.ticket_of(w);
+    publish_hint(header, ticket, beacon);
     Some(Grant::of(ticket, w.died(), false, true))
 }
 
@@ -56,9 +70,15 @@ pub fn try_fast(st: &LockState<'_>, participant: u32, beacon: u32) -> Option<Gra
 /// revoked): the caller then runs [`end_fast`].
 #[inline(always)]
 pub fn release_fast(st: &LockState<'_>, t: u64, participant: u32) -> bool {
+    release_fast_on(st.header(), t, participant)
+}
+
+/// [`release_fast`] on the header alone (all it touches).
+#[inline(always)]
+pub fn release_fast_on(header: &Header, t: u64, participant: u32) -> bool {
     let held = LockWord::fast_held(t, participant);
     // Release: publishes our critical section to the next acquirer's Acquire CAS.
-    st.header()
+    header
         .word
         .compare_exchange(held.0, held.unheld().0, Release, Relaxed)
         .is_ok()
@@ -86,12 +106,10 @@ pub fn is_fast_grant(st: &LockState<'_>, t: u64, participant: u32) -> bool {
 /// store on the lock word's line, which the acquire's CAS left in our cache. A waiter uses it
 /// only if its tag is the fast holder's ticket (so a stale one is never watched).
 #[inline(always)]
-fn publish_hint(st: &LockState<'_>, ticket: u64, beacon: u32) {
+fn publish_hint(header: &Header, ticket: u64, beacon: u32) {
     if beacon != 0 {
         // Relaxed: the tag makes a stale or early value harmless (see `wait::holder_beacon`).
-        st.header()
-            .fast_hint
-            .store(fast_hint(ticket, beacon), Relaxed);
+        header.fast_hint.store(fast_hint(ticket, beacon), Relaxed);
     }
 }
 
@@ -178,7 +196,7 @@ pub fn take<P: Platform>(st: &LockState<'_>, p: &P, me: &Me) -> Taken {
         }
         let ticket = st.ticket_of(w);
         if me.lease_ms.is_none() {
-            publish_hint(st, ticket, me.beacon);
+            publish_hint(st.header(), ticket, me.beacon);
         }
         let first = Grant::of(ticket, w.died(), false, true);
         if me.lease_ms.is_none() {

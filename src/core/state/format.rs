@@ -10,6 +10,7 @@
 //!
 //! `docs/FILE_FORMAT.md` is the contract; the assertions below keep the two in step.
 
+use crate::core::state::lock_word::{self, LockWord};
 use crate::core::state::slot_word::Word;
 use crate::primitive::Ordering::{AcqRel, Acquire};
 use crate::primitive::{AtomicU32, AtomicU64};
@@ -212,6 +213,24 @@ fn zeroed_u64s<const K: usize>() -> [AtomicU64; K] {
 }
 
 impl Header {
+    /// The full ticket `w`'s counter names (see [`lock_word::full_ticket`]); raises `epoch`
+    /// if its parity is stale (the counter wrapped and the wrapper has not raised it yet).
+    #[inline]
+    pub fn ticket_of(&self, w: LockWord) -> u64 {
+        // Relaxed: `epoch` only ever goes up by one per 2^36 tickets; a stale value is
+        // corrected from the word's parity, and the raise below is a CAS from what we read.
+        let e = self.epoch.load(crate::primitive::Ordering::Relaxed);
+        if lock_word::epoch_stale(w, e) {
+            let _ = self.epoch.compare_exchange(
+                e,
+                e.wrapping_add(1),
+                crate::primitive::Ordering::Relaxed,
+                crate::primitive::Ordering::Relaxed,
+            );
+        }
+        lock_word::full_ticket(w, e)
+    }
+
     /// A zeroed header (heap-backed tests).
     pub fn zeroed() -> Header {
         Header {

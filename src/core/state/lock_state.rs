@@ -185,22 +185,10 @@ impl<'a> LockState<'a> {
         LockWord(self.header.word.load(order))
     }
 
-    /// The full ticket `w`'s counter names (see [`lock_word::full_ticket`]); raises `epoch`
-    /// if its parity is stale (the counter wrapped and the wrapper has not raised it yet).
+    /// The full ticket `w`'s counter names (see [`Header::ticket_of`]).
     #[inline]
     pub fn ticket_of(&self, w: LockWord) -> u64 {
-        // Relaxed: `epoch` only ever goes up by one per 2^36 tickets; a stale value is
-        // corrected from the word's parity, and the raise below is a CAS from what we read.
-        let e = self.header.epoch.load(crate::primitive::Ordering::Relaxed);
-        if lock_word::epoch_stale(w, e) {
-            let _ = self.header.epoch.compare_exchange(
-                e,
-                e.wrapping_add(1),
-                crate::primitive::Ordering::Relaxed,
-                crate::primitive::Ordering::Relaxed,
-            );
-        }
-        lock_word::full_ticket(w, e)
+        self.header.ticket_of(w)
     }
 
     /// The next ticket to be handed out.
