@@ -213,3 +213,48 @@ fn more_waiters_than_slots_hard() {
         small_slots_stress(2, 8, 2_000);
     }
 }
+
+/// The uncontended `lock` takes a ticket with one CAS on the header and builds the view of the
+/// slots only when that ticket wraps the lock word's 36-bit counter, to refresh their laps
+/// (`core::exclusive::fast::try_fast_on`). Here every one of the first 384 wraps is taken by
+/// that path: with 2 slots, a slot untouched across so many laps would read as a later lap's
+/// without the refresh, and the next waiter's ticket would be taken for one given up (it
+/// then fails with `Corrupt` instead of timing out behind the holder).
+#[test]
+fn the_uncontended_lock_refreshes_the_slots_each_time_the_counter_wraps() {
+    use fairlock::__internal::core::state::format::Header;
+    use fairlock::__internal::core::state::lock_word::LockWord;
+    const COUNTER_BITS: u32 = 36;
+    let dir = TempDir::new("wrap");
+    let path = dir.join("w.lock");
+    let l = FairLock::options().slots(2).open(&path).unwrap();
+    let shm = Shm::open(&path);
+    let word = shm.atomic(std::mem::offset_of!(Header, word) / 8);
+    let epoch = shm.atomic(std::mem::offset_of!(Header, epoch) / 8);
+    // The next ticket is `t`, with nobody holding or queued.
+    let set_next = |t: u64| {
+        word.store(LockWord::initial(t, false).0, SeqCst);
+        epoch.store(t >> COUNTER_BITS, SeqCst);
+    };
+    let last = (1u64 << COUNTER_BITS) - 1;
+    let laps = 384;
+    for e in 0..laps {
+        let t = (e << COUNTER_BITS) | last;
+        set_next(t);
+        let g = l.lock().unwrap();
+        assert_eq!(g.token(), t + 1, "the wrap at epoch {e}");
+        drop(g);
+    }
+    let t = laps << COUNTER_BITS;
+    set_next(t);
+    let g = l.lock().unwrap();
+    assert_eq!(g.token(), t + 1);
+    std::thread::scope(|s| {
+        let r = s
+            .spawn(|| l.lock_timeout(Duration::from_millis(50)).map(drop))
+            .join()
+            .unwrap();
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    });
+    drop(g);
+}

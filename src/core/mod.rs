@@ -77,7 +77,7 @@ mod tests;
 
 pub use acquire::{lock, lock_queued, lock_watched, take, try_lock};
 pub use advance::advance;
-pub use exclusive::fast::{Taken, end_fast, release_fast, release_fast_on, try_fast, try_fast_on};
+pub use exclusive::fast::{Taken, end_fast, release_fast, try_fast, try_fast_on};
 pub use grant::{Grant, Lost, Me, WaitError};
 pub use platform::{Liveness, Platform, Tuning};
 pub use queue::claim::{Claim, claim_granted};

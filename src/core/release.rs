@@ -66,7 +66,7 @@ pub fn release<P: Platform>(
 }
 
 /// The release of a grant without a lease, minus its rare endings, for inlining into the
-/// caller. A fast grant (`fast`): the one CAS on the lock word ([`release_fast`](crate::core::exclusive::fast::release_fast)),
+/// caller. A fast grant (`fast`): the one CAS on the lock word ([`release_fast_grant`]),
 /// `Some(true)` if it did it all. A grant held through its slot: if ticket `t` is still held
 /// by `participant`, stores `Done` and answers `Some(false)` (the walk that passes the lock
 /// on is left to [`finish_unleased_release`]); `None`, no longer ours (nothing was written).

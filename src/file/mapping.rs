@@ -1,5 +1,6 @@
-//! The shared mapping, seen only through [`LockState`]: raw pointers turned into shared
-//! references to atomics, never `&mut` and never `&[u8]`.
+//! The shared mapping, seen only through [`LockState`] (or, on the uncontended path, its
+//! header alone: [`Mapping::header`]): raw pointers turned into shared references to atomics,
+//! never `&mut` and never `&[u8]`.
 //!
 //! # Invariants (cited by the `SAFETY` comments below)
 //!
