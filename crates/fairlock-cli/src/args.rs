@@ -74,7 +74,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
     pub mode: Option<u32>,
     /// The lock file, created (mode 0600, see --mode) if missing; or a lock on etcd,
-    /// etcd://HOST:PORT[,HOST:PORT...]/NAME (a build with the `etcd` feature).
+    /// etcd://HOST:PORT[,HOST:PORT...]/NAME, or etcds://... through TLS with etcdctl's
+    /// ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY and ETCDCTL_USER (a build with the `etcd`
+    /// feature).
     #[arg(value_name = "LOCKFILE")]
     pub lockfile: PathBuf,
     /// The command to run, and its arguments.
@@ -140,7 +142,8 @@ pub struct StatusArgs {
     /// Only the lock named KEY of a file of named locks.
     #[arg(long, value_name = "KEY")]
     pub name: Option<String>,
-    /// The lock file (never modified), or etcd://HOST:PORT[,HOST:PORT...]/NAME.
+    /// The lock file (never modified), or etcd://HOST:PORT[,HOST:PORT...]/NAME, or
+    /// etcds://... (TLS; etcdctl's ETCDCTL_* variables, as for fairlock run).
     #[arg(value_name = "LOCKFILE")]
     pub lockfile: PathBuf,
 }

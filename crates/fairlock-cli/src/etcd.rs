@@ -23,12 +23,17 @@ fn failure(address: &str, e: &Error) -> Failure {
             exit::USAGE
         }
         Error::Unavailable { .. } => exit::QUORUM,
+        Error::Refused { .. } => exit::DENIED,
         Error::Corrupt { .. } => exit::DATA,
         Error::LockLost { .. } => exit::LOST,
         _ => exit::SOFTWARE,
     };
     let mut msg = e.to_string();
-    let mut cause = std::error::Error::source(e);
+    // A refusal's message already says what the cluster refused, and etcd's own words.
+    let mut cause = match e {
+        Error::Refused { .. } => None,
+        _ => std::error::Error::source(e),
+    };
     while let Some(c) = cause {
         let _ = write!(msg, ": {c}");
         cause = c.source();
@@ -42,8 +47,82 @@ fn connect(address: &str, lease: Option<Duration>) -> Result<EtcdLock, Failure> 
     if let Some(ttl) = lease {
         opts.lease_ttl(ttl);
     }
-    opts.connect(&parsed.endpoints, &parsed.name)
+    credentials(&mut opts, &parsed, address)?;
+    opts.connect(&parsed.client_endpoints(), &parsed.name)
         .map_err(|e| failure(address, &e))
+}
+
+/// etcdctl's own environment: for `etcds://`, the CA (`ETCDCTL_CACERT`, required) and our
+/// certificate and key (`ETCDCTL_CERT`, `ETCDCTL_KEY`); for either scheme, the user
+/// (`ETCDCTL_USER=user:password`, or the password in `ETCDCTL_PASSWORD`). A user's existing
+/// etcdctl set-up then just works. `etcd://` never uses TLS, whatever the environment says.
+fn credentials(
+    opts: &mut fairlock_etcd::EtcdOptions,
+    a: &Address,
+    address: &str,
+) -> Result<(), Failure> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let read = |name: &str| -> Result<Option<Vec<u8>>, Failure> {
+        let Some(path) = var(name) else {
+            return Ok(None);
+        };
+        std::fs::read(&path).map(Some).map_err(|e| {
+            Failure::new(
+                exit::NO_INPUT,
+                format!(
+                    "{address}: {name}={}: cannot read it: {e}",
+                    std::path::Path::new(&path).display()
+                ),
+            )
+        })
+    };
+    if a.tls {
+        let Some(ca) = read("ETCDCTL_CACERT")? else {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!(
+                    "{address}: etcds:// needs the CA certificate that signed the cluster's: \
+                     set ETCDCTL_CACERT to its file (as for etcdctl)"
+                ),
+            ));
+        };
+        opts.ca_certificate(ca);
+        match (read("ETCDCTL_CERT")?, read("ETCDCTL_KEY")?) {
+            (Some(cert), Some(key)) => {
+                opts.client_certificate(cert, key);
+            }
+            (None, None) => {}
+            _ => {
+                return Err(Failure::new(
+                    exit::USAGE,
+                    format!(
+                        "{address}: ETCDCTL_CERT and ETCDCTL_KEY go together: set both or neither"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(user) = var("ETCDCTL_USER") {
+        let user = user.to_string_lossy().into_owned();
+        let (name, password) = match user.split_once(':') {
+            Some((n, p)) => (n.to_owned(), p.to_owned()),
+            None => match var("ETCDCTL_PASSWORD") {
+                Some(p) => (user.clone(), p.to_string_lossy().into_owned()),
+                None => {
+                    return Err(Failure::new(
+                        exit::USAGE,
+                        format!(
+                            "{address}: ETCDCTL_USER={user} has no password: set \
+                             ETCDCTL_USER=user:password, or ETCDCTL_PASSWORD (fairlock does \
+                             not prompt)"
+                        ),
+                    ));
+                }
+            },
+        };
+        opts.user(name, password);
+    }
+    Ok(())
 }
 
 /// A failure while waiting in line (the command has not run). A waiter whose lease ended

@@ -16,6 +16,10 @@ pub const NO_INPUT: u8 = 66;
 /// (`EX_NOHOST`).
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 pub const QUORUM: u8 = 68;
+/// etcd: the cluster refused us: a TLS certificate (its, or ours) or the user and password
+/// (`EX_NOPERM`).
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub const DENIED: u8 = 77;
 /// The lock was lost while the command ran: its lease expired and the next waiter took it
 /// over (`EX_UNAVAILABLE`).
 pub const LOST: u8 = 69;
@@ -44,6 +48,8 @@ Exit status:
   69       the lock was lost while the command ran (its --lease ran out and the next
            waiter took over), whatever the command's status
   70/71    internal error / operating-system error
+  77       etcds://, etcd://: the cluster refused our certificate, its certificate is not
+           signed by ETCDCTL_CACERT, or the user and password were refused
   75       all participant entries of the lock file are in use; etcd://: our lease
            ended while we waited in line (revoked, or fairlock stopped or cut off for
            longer than it): the command did not run

@@ -43,19 +43,24 @@ Examples:
   fairlock run -w 2.5 -E 75 /tmp/job.lock -c 'cat a >> b'
   fairlock run --lease 60 --kill-on-lost /tmp/job.lock ./step.sh
   fairlock run etcd://10.0.0.1:2379,10.0.0.2:2379/deploy -- ./deploy.sh   # across hosts
+  ETCDCTL_CACERT=ca.pem ETCDCTL_USER=deploy:pw fairlock run etcds://10.0.0.1:2379/deploy -- ./deploy.sh
 
 The command sees FAIRLOCK_TOKEN (the grant's fencing token, strictly increasing),
 FAIRLOCK_FILE (absolute path of the lock file) and FAIRLOCK_OWNER_DIED (1 if the
 previous holder died or was taken over, else 0). With etcd://, FAIRLOCK_FILE is the
 address, the lease (--lease, whole seconds, default 10) is renewed while fairlock lives,
-and a holder that dies is taken over once its lease expires. SIGINT, SIGTERM and SIGHUP sent to
+and a holder that dies is taken over once its lease expires. etcds:// reaches the cluster
+through TLS, with etcdctl's environment: ETCDCTL_CACERT (required), ETCDCTL_CERT and
+ETCDCTL_KEY (a client certificate), and, for either scheme, ETCDCTL_USER=user:password
+(or ETCDCTL_PASSWORD). SIGINT, SIGTERM and SIGHUP sent to
 fairlock alone are forwarded to the command (once: not when the command got them too,
 as from Ctrl-C or kill -PGID); signals fairlock inherited ignored (nohup) stay ignored.
 A conflict (-n) or timeout (-w) prints nothing unless -v is given.
 
 Exit status: the command's (128+SIG if killed by a signal); 1 (or -E N) busy/timeout;
 64 usage; 65 not a lock file; 66 cannot open; 68 etcd: cannot reach a quorum; 69 lock lost (--lease expired and was
-taken over while the command ran); 126 cannot execute; 127 command not found.";
+taken over while the command ran); 77 etcd: certificate or password refused; 126 cannot
+execute; 127 command not found.";
 
 /// After the options in `fairlock lock --help`.
 pub const LOCK: &str = "\
@@ -84,6 +89,7 @@ Examples:
   fairlock status /tmp/job.lock
   fairlock status --json /tmp/job.lock | jq .owner_pid
   fairlock status etcd://10.0.0.1:2379/deploy
+  ETCDCTL_CACERT=ca.pem fairlock status etcds://10.0.0.1:2379/deploy
 
 The file is only read (never locked, created or modified). JSON fields: path, held,
 owner_pid, owner_tid, token, next_ticket, waiters (count), arriving, lease_remaining_ms,
@@ -103,7 +109,8 @@ tickets (the waiters' lines start with their token) and null for what etcd does 
 host, lease (its id) and owner (the record it wrote); last_token and revision close it.
 
 Exit status: 0; 65 not a lock file (or corrupt/incompatible); 66 cannot open (missing,
-unreadable, not a regular file); 68 etcd://: no quorum; 64 usage.";
+unreadable, not a regular file); 68 etcd://: no quorum; 77 etcd: certificate or password
+refused; 64 usage.";
 
 /// After the options in `fairlock demo --help`.
 pub const DEMO: &str = "\

@@ -76,15 +76,17 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     let result = match cli.command {
-        Command::Run(args) => match etcd_address(&args.lockfile) {
-            None => run::main(&args),
-            Some(address) => run_on_etcd(&args, address),
+        Command::Run(args) => match remote_address(&args.lockfile) {
+            Ok(None) => run::main(&args),
+            Ok(Some(address)) => run_on_etcd(&args, address),
+            Err(f) => Err(f),
         },
         Command::Lock(args) => fdform::lock(&args),
         Command::Unlock(args) => fdform::unlock(&args),
-        Command::Status(args) => match etcd_address(&args.lockfile) {
-            None => status::main(&args),
-            Some(address) => status_on_etcd(&args, address),
+        Command::Status(args) => match remote_address(&args.lockfile) {
+            Ok(None) => status::main(&args),
+            Ok(Some(address)) => status_on_etcd(&args, address),
+            Err(f) => Err(f),
         },
         Command::Demo(args) => demo::main(&args),
         Command::Generate(args) => generate::main(&args, <Cli as clap::CommandFactory>::command()),
@@ -101,9 +103,32 @@ fn main() -> ExitCode {
     }
 }
 
-/// LOCKFILE's address if it names a lock on etcd (`etcd://…`), else `None` (a lock file).
-fn etcd_address(lockfile: &Path) -> Option<&str> {
-    lockfile.to_str().filter(|s| s.starts_with("etcd://"))
+/// LOCKFILE's address if it names a lock on etcd (`etcd://…`, `etcds://…` for TLS), `None`
+/// for a lock file; a usage error for any other `scheme://` (a file of such a name is
+/// `./scheme://…`), so that a mistyped address is never opened as a file.
+fn remote_address(lockfile: &Path) -> Result<Option<&str>, Failure> {
+    let Some(s) = lockfile.to_str() else {
+        return Ok(None);
+    };
+    if s.starts_with("etcd://") || s.starts_with("etcds://") {
+        return Ok(Some(s));
+    }
+    let scheme = s.split_once("://").map(|(scheme, _)| scheme);
+    let is_scheme = |x: &str| {
+        x.starts_with(|c: char| c.is_ascii_alphabetic())
+            && x.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    };
+    match scheme {
+        Some(x) if is_scheme(x) => Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "{s}: unknown scheme {x}://: a lock on etcd is etcd://HOST:PORT[,HOST:PORT...]/NAME, \
+                 or etcds://... through TLS; a lock file is a path (./{s} for a file of that name)"
+            ),
+        )),
+        _ => Ok(None),
+    }
 }
 
 #[cfg(feature = "etcd")]

@@ -397,3 +397,37 @@ fn usage_errors_are_one_line_and_exit_64() {
         assert!(!o.stdout.is_empty());
     }
 }
+
+#[test]
+fn an_unknown_scheme_is_a_usage_error_never_a_file() {
+    let d = Dir::new("scheme");
+    for address in [
+        "redis://h:6379/jobs",
+        "etcd+tls://h:2379/x",
+        "https://h:2379/x",
+    ] {
+        let o = fairlock(&["run", address, "--", "true"])
+            .current_dir(&d.0)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(64), "{address}: {err}");
+        assert!(
+            err.contains("unknown scheme") && err.contains("etcd://") && err.contains("etcds://"),
+            "{address}: {err}"
+        );
+        let o = fairlock(&["status", address])
+            .current_dir(&d.0)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(64), "{address}: {}", stderr(&o));
+    }
+    // Nothing was created: no directory named after the scheme.
+    assert_eq!(fs::read_dir(&d.0).unwrap().count(), 0);
+    // A file whose name only looks like an address is reached as a path.
+    let o = fairlock(&["run", "./odd://name", "--", "true"])
+        .current_dir(&d.0)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(66), "{}", stderr(&o));
+}

@@ -5,6 +5,8 @@
 
 #[path = "../../fairlock-etcd/tests/cluster/common/cluster.rs"]
 mod cluster;
+#[path = "../../fairlock-etcd/tests/cluster/common/secure.rs"]
+mod secure;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -12,6 +14,7 @@ use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use cluster::Cluster;
+use secure::{PASSWORD, SecureEtcd};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fairlock");
 
@@ -354,4 +357,100 @@ fn waiters_signalled_revoked_or_stopped_and_zero_waits() {
     std::fs::write(&release, "").unwrap();
     assert!(h.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `fairlock` with etcdctl's environment for the secure etcd `e` (`user`: ETCDCTL_USER).
+fn with_etcdctl_env(e: &SecureEtcd, user: &str, args: &[&str]) -> Command {
+    let mut c = fairlock(args);
+    c.env("ETCDCTL_CACERT", &e.files.ca)
+        .env("ETCDCTL_CERT", &e.files.cert)
+        .env("ETCDCTL_KEY", &e.files.key)
+        .env("ETCDCTL_USER", user)
+        .env_remove("ETCDCTL_PASSWORD");
+    c
+}
+
+#[test]
+fn etcds_with_etcdctl_s_environment_runs_and_says_what_was_refused() {
+    let e = SecureEtcd::start("cli");
+    let address = e.address("deploy");
+    let root = format!("root:{PASSWORD}");
+    let o = with_etcdctl_env(
+        &e,
+        &root,
+        &["run", &address, "--", "sh", "-c", "echo $FAIRLOCK_TOKEN"],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let token: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert!(token > 0);
+    let o = with_etcdctl_env(&e, &root, &["status", "--json", &address])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"waiters\":0"));
+    // The user and the password in two variables, as etcdctl also takes them.
+    let o = with_etcdctl_env(&e, "root", &["run", &address, "--", "true"])
+        .env("ETCDCTL_PASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // Each refusal: exit 77 (or 64 for what is missing), one line naming what to fix.
+    let wrong_password = with_etcdctl_env(&e, "root:nope", &["run", &address, "--", "true"]);
+    let mut wrong_ca = with_etcdctl_env(&e, &root, &["run", &address, "--", "true"]);
+    wrong_ca.env("ETCDCTL_CACERT", &e.files.other_ca);
+    let mut expired = with_etcdctl_env(&e, &root, &["status", &address]);
+    expired
+        .env("ETCDCTL_CERT", &e.files.expired_cert)
+        .env("ETCDCTL_KEY", &e.files.expired_key);
+    let mut no_ca = with_etcdctl_env(&e, &root, &["run", &address, "--", "true"]);
+    no_ca.env_remove("ETCDCTL_CACERT");
+    let no_password = with_etcdctl_env(&e, "root", &["run", &address, "--", "true"]);
+    let mut half = with_etcdctl_env(&e, &root, &["run", &address, "--", "true"]);
+    half.env_remove("ETCDCTL_KEY");
+    for (what, mut cmd, code, words) in [
+        (
+            "a wrong password",
+            wrong_password,
+            77,
+            vec!["authentication failed"],
+        ),
+        (
+            "a wrong CA",
+            wrong_ca,
+            77,
+            vec!["not trusted", "ETCDCTL_CACERT"],
+        ),
+        (
+            "an expired certificate",
+            expired,
+            77,
+            vec!["refused our client certificate"],
+        ),
+        ("no CA", no_ca, 64, vec!["ETCDCTL_CACERT"]),
+        ("no password", no_password, 64, vec!["ETCDCTL_PASSWORD"]),
+        (
+            "a certificate without its key",
+            half,
+            64,
+            vec!["ETCDCTL_KEY"],
+        ),
+    ] {
+        let start = Instant::now();
+        let o = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{what}: {err}");
+        for w in words {
+            assert!(err.contains(w), "{what}: {w:?} not in {err}");
+        }
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{what}: {:?}",
+            start.elapsed()
+        );
+    }
 }

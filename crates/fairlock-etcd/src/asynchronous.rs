@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 
 use crate::endpoint;
 use crate::error::{Error, Result};
@@ -94,10 +94,11 @@ impl AsyncEtcdLock {
     ) -> Result<AsyncEtcdLock> {
         let ttl_s = opts.validate()?;
         let keys = Keys::new(name)?;
-        let endpoints = endpoint::normalize_all(endpoints)?;
+        let (endpoints, tls) = endpoint::normalize_all(endpoints)?;
+        opts.validate_tls(tls)?;
         let joined = endpoints
             .iter()
-            .map(|e| e.trim_start_matches("http://"))
+            .map(|e| e.split_once("://").map_or(e.as_str(), |(_, hp)| hp))
             .collect::<Vec<_>>()
             .join(",");
         let unavailable = |op, source| Error::Unavailable {
@@ -105,10 +106,20 @@ impl AsyncEtcdLock {
             op,
             source,
         };
-        let connect = ConnectOptions::new()
+        let mut connect = ConnectOptions::new()
             .with_connect_timeout(opts.connect_timeout)
             .with_keep_alive(Duration::from_secs(2), opts.request_timeout)
             .with_require_leader(true);
+        if let Some(ca) = &opts.ca_pem {
+            let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+            if let Some((cert, key)) = &opts.identity_pem {
+                tls = tls.identity(Identity::from_pem(cert, key));
+            }
+            connect = connect.with_tls(tls);
+        }
+        if let Some((user, password)) = &opts.user {
+            connect = connect.with_user(user.as_str(), password.as_str());
+        }
         let client = tokio::time::timeout(
             opts.request_timeout,
             Client::connect(endpoints.clone(), Some(connect)),
@@ -120,7 +131,14 @@ impl AsyncEtcdLock {
                 crate::session::timed_out(opts.request_timeout),
             )
         })?
-        .map_err(|e| unavailable("connecting", e))?;
+        .map_err(|e| match crate::error::refusal(&e, tls) {
+            Some(why) => Error::Refused {
+                endpoints: joined.clone(),
+                why,
+                source: e,
+            },
+            None => unavailable("connecting", e),
+        })?;
         let inner = Inner {
             ctx: Ctx {
                 client,

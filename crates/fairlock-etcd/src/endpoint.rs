@@ -1,24 +1,29 @@
-//! Endpoints (`HOST:PORT`, `http://HOST:PORT`) and lock addresses (`etcd://HOST:PORT[,…]/NAME`).
+//! Endpoints (`HOST:PORT`, `http://HOST:PORT`, `https://HOST:PORT`) and lock addresses
+//! (`etcd://HOST:PORT[,…]/NAME`, `etcds://…` for TLS).
 
 use crate::error::{Error, Result};
 use crate::keys;
 
 /// The scheme of a lock address.
 pub const SCHEME: &str = "etcd://";
+/// The scheme of a lock address whose cluster is reached through TLS (as `rediss://` and
+/// `amqps://` name theirs).
+pub const TLS_SCHEME: &str = "etcds://";
 
-/// An endpoint in the form the client wants (`http://HOST:PORT`).
+/// An endpoint in the form the client wants (`http://HOST:PORT`, or `https://HOST:PORT` for
+/// TLS).
 pub(crate) fn normalize(endpoint: &str) -> Result<String> {
     let bad = |what| Error::InvalidEndpoint {
         endpoint: endpoint.to_owned(),
         what,
     };
-    if endpoint.starts_with("https://") {
-        return Err(bad("TLS (https://) is not supported by this build"));
-    }
-    let rest = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+    let (scheme, rest) = match endpoint.strip_prefix("https://") {
+        Some(rest) => ("https", rest),
+        None => ("http", endpoint.strip_prefix("http://").unwrap_or(endpoint)),
+    };
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.contains("://") {
-        return Err(bad("unknown scheme (only http:// or none)"));
+        return Err(bad("unknown scheme (http://, https:// or none)"));
     }
     let (host, port) = match rest.rsplit_once(':') {
         Some((h, p)) if !h.is_empty() => (h, p),
@@ -41,39 +46,61 @@ pub(crate) fn normalize(endpoint: &str) -> Result<String> {
     if !host_ok {
         return Err(bad("the host is not a name or an address"));
     }
-    Ok(format!("http://{host}:{port}"))
+    Ok(format!("{scheme}://{host}:{port}"))
 }
 
-/// Checks and normalises a list of endpoints; at least one.
-pub(crate) fn normalize_all<S: AsRef<str>>(endpoints: &[S]) -> Result<Vec<String>> {
+/// Checks and normalises a list of endpoints (at least one, all `https://` or none), and
+/// whether they are TLS ones.
+pub(crate) fn normalize_all<S: AsRef<str>>(endpoints: &[S]) -> Result<(Vec<String>, bool)> {
     if endpoints.is_empty() {
         return Err(Error::InvalidEndpoint {
             endpoint: String::new(),
             what: "no endpoints given",
         });
     }
-    endpoints.iter().map(|e| normalize(e.as_ref())).collect()
+    let all = endpoints
+        .iter()
+        .map(|e| normalize(e.as_ref()))
+        .collect::<Result<Vec<_>>>()?;
+    let tls = all[0].starts_with("https://");
+    if let Some(odd) = all.iter().position(|e| e.starts_with("https://") != tls) {
+        return Err(Error::InvalidEndpoint {
+            endpoint: endpoints[odd].as_ref().to_owned(),
+            what: "mixes https:// and http:// endpoints: all or none use TLS",
+        });
+    }
+    Ok((all, tls))
 }
 
-/// A parsed lock address `etcd://HOST:PORT[,HOST:PORT…]/NAME`.
+/// A parsed lock address `etcd://HOST:PORT[,HOST:PORT…]/NAME`, or `etcds://…` for a cluster
+/// reached through TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Address {
     /// The endpoints, as `HOST:PORT`.
     pub endpoints: Vec<String>,
     /// The lock's name.
     pub name: String,
+    /// Whether the cluster is reached through TLS (`etcds://`).
+    pub tls: bool,
 }
 
 impl Address {
-    /// Parses `etcd://HOST:PORT[,HOST:PORT…]/NAME`, checking every endpoint and the name.
+    /// Parses `etcd://HOST:PORT[,HOST:PORT…]/NAME` (or `etcds://…`), checking every endpoint
+    /// and the name.
     pub fn parse(address: &str) -> Result<Address> {
         let bad = |what| Error::InvalidEndpoint {
             endpoint: address.to_owned(),
             what,
         };
-        let rest = address
-            .strip_prefix(SCHEME)
-            .ok_or_else(|| bad("does not start with etcd://"))?;
+        let (tls, rest) = match address.strip_prefix(TLS_SCHEME) {
+            Some(rest) => (true, rest),
+            None => (
+                false,
+                address
+                    .strip_prefix(SCHEME)
+                    .ok_or_else(|| bad("does not start with etcd:// or etcds://"))?,
+            ),
+        };
         let (hosts, name) = rest
             .split_once('/')
             .ok_or_else(|| bad("no lock name: etcd://HOST:PORT[,HOST:PORT...]/NAME"))?;
@@ -82,19 +109,41 @@ impl Address {
         }
         let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
         for e in &endpoints {
+            if e.contains("://") {
+                return Err(bad(
+                    "an endpoint of an address is HOST:PORT, without a scheme",
+                ));
+            }
             normalize(e)?;
         }
         keys::validate(name)?;
         Ok(Address {
             endpoints,
             name: name.to_owned(),
+            tls,
         })
+    }
+
+    /// The endpoints as a client takes them: `https://HOST:PORT` for `etcds://`, else
+    /// `HOST:PORT`.
+    pub fn client_endpoints(&self) -> Vec<String> {
+        self.endpoints
+            .iter()
+            .map(|e| {
+                if self.tls {
+                    format!("https://{e}")
+                } else {
+                    e.clone()
+                }
+            })
+            .collect()
     }
 }
 
 impl std::fmt::Display for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{SCHEME}{}/{}", self.endpoints.join(","), self.name)
+        let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
+        write!(f, "{scheme}{}/{}", self.endpoints.join(","), self.name)
     }
 }
 
@@ -122,18 +171,30 @@ mod tests {
             ("h:70000", "the port is not in 1..=65535"),
             ("h st:1", "the host is not a name or an address"),
             ("[::1:2379", "the host is not a name or an address"),
-            (
-                "https://h:1",
-                "TLS (https://) is not supported by this build",
-            ),
-            ("grpc://h:1", "unknown scheme (only http:// or none)"),
+            ("grpc://h:1", "unknown scheme (http://, https:// or none)"),
         ] {
             match normalize(bad) {
                 Err(Error::InvalidEndpoint { what: w, .. }) => assert_eq!(w, what, "{bad}"),
                 other => panic!("{bad}: {other:?}"),
             }
         }
+        assert_eq!(normalize("https://h:1").unwrap(), "https://h:1");
         assert!(normalize_all::<&str>(&[]).is_err());
+        assert_eq!(
+            normalize_all(&["https://a:1", "https://b:2"]).unwrap(),
+            (
+                vec!["https://a:1".to_owned(), "https://b:2".to_owned()],
+                true
+            )
+        );
+        assert!(!normalize_all(&["a:1"]).unwrap().1);
+        match normalize_all(&["https://a:1", "b:2"]) {
+            Err(Error::InvalidEndpoint { endpoint, what }) => {
+                assert_eq!(endpoint, "b:2");
+                assert!(what.contains("mixes"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -142,6 +203,12 @@ mod tests {
         assert_eq!(a.endpoints, ["10.0.0.1:2379", "10.0.0.2:2379"]);
         assert_eq!(a.name, "jobs");
         assert_eq!(a.to_string(), "etcd://10.0.0.1:2379,10.0.0.2:2379/jobs");
+        assert!(!a.tls);
+        assert_eq!(a.client_endpoints(), ["10.0.0.1:2379", "10.0.0.2:2379"]);
+        let t = Address::parse("etcds://h:2379/jobs").unwrap();
+        assert!(t.tls);
+        assert_eq!(t.client_endpoints(), ["https://h:2379"]);
+        assert_eq!(t.to_string(), "etcds://h:2379/jobs");
         for bad in [
             "etcd:/h:1/x",
             "etcd://h:1",
@@ -150,6 +217,9 @@ mod tests {
             "etcd://h:1/a/b",
             "etcd://h:1,/x",
             "etcd://h/x",
+            "etcds://h:1",
+            "etcd://https://h:1/x",
+            "redis://h:1/x",
         ] {
             assert!(Address::parse(bad).is_err(), "{bad}");
         }

@@ -43,7 +43,18 @@ pub enum Error {
         /// The underlying error.
         source: etcd_client::Error,
     },
-    /// An endpoint is not `HOST:PORT` or `http://HOST:PORT`.
+    /// The cluster refused us when we connected: a TLS certificate (theirs not signed by the
+    /// CA we were given; ours missing, expired or not signed by a CA they trust) or the user
+    /// and password. Retrying does not help; `why` says which, as far as we can tell.
+    Refused {
+        /// The endpoints we tried, comma-separated.
+        endpoints: String,
+        /// What was refused, and what to check.
+        why: String,
+        /// The underlying error.
+        source: etcd_client::Error,
+    },
+    /// An endpoint is not `HOST:PORT`, `http://HOST:PORT` or `https://HOST:PORT`.
     InvalidEndpoint {
         /// The endpoint as given.
         endpoint: String,
@@ -93,6 +104,7 @@ impl Error {
             | Error::Corrupt { name, .. }
             | Error::Etcd { name, .. } => Some(name),
             Error::Unavailable { .. }
+            | Error::Refused { .. }
             | Error::InvalidEndpoint { .. }
             | Error::InvalidOption { .. } => None,
         }
@@ -106,6 +118,7 @@ impl Error {
             Error::Timeout { .. } => K::TimedOut,
             Error::LockLost { .. } | Error::Etcd { .. } => K::Other,
             Error::Unavailable { .. } => K::NotConnected,
+            Error::Refused { .. } => K::PermissionDenied,
             Error::InvalidEndpoint { .. }
             | Error::InvalidName { .. }
             | Error::InvalidOption { .. } => K::InvalidInput,
@@ -124,6 +137,7 @@ impl fmt::Display for Error {
                 f,
                 "etcd at {endpoints}: cannot reach a quorum ({op}): unreachable, refused or without a leader"
             ),
+            Error::Refused { endpoints, why, .. } => write!(f, "etcd at {endpoints}: {why}"),
             Error::InvalidEndpoint { endpoint, what } => {
                 write!(f, "etcd endpoint {endpoint:?}: {what}")
             }
@@ -140,7 +154,9 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Unavailable { source, .. } | Error::Etcd { source, .. } => Some(source),
+            Error::Unavailable { source, .. }
+            | Error::Refused { source, .. }
+            | Error::Etcd { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -154,6 +170,47 @@ impl From<Error> for io::Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What the cluster refused, if a connection's error `e` says it refused us rather than
+/// that it could not be reached: the password, the TLS certificate it sent us (not signed by
+/// our CA), or ours (`tls`: a TLS connection the cluster closed during the handshake, which is
+/// how a TLS 1.3 server turns down a client certificate that is missing, expired or signed by
+/// a CA it does not trust).
+pub(crate) fn refusal(e: &etcd_client::Error, tls: bool) -> Option<String> {
+    let etcd_client::Error::GRpcStatus(s) = e else {
+        return None;
+    };
+    let message = s.message();
+    if matches!(
+        s.code(),
+        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+    ) || message.contains("authentication failed")
+    {
+        return Some(format!(
+            "authentication failed: check the user and password (etcdctl's --user,              ETCDCTL_USER); etcd said: {message}"
+        ));
+    }
+    if message.contains("invalid peer certificate") {
+        return Some(format!(
+            "TLS: the cluster's certificate is not trusted ({message}): is the CA certificate              given (etcdctl's --cacert, ETCDCTL_CACERT) the one that signed it, and does it              name this host?"
+        ));
+    }
+    let mut chain = String::new();
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(x) = src {
+        chain.push_str(&x.to_string());
+        src = x.source();
+    }
+    if tls && (chain.contains("broken pipe") || chain.contains("reset by peer")) {
+        return Some(
+            "TLS: the cluster closed the connection in the handshake: it refused our client \
+             certificate (missing, expired, or not signed by a CA it trusts: etcdctl's --cert \
+             and --key, ETCDCTL_CERT and ETCDCTL_KEY)"
+                .to_owned(),
+        );
+    }
+    None
+}
 
 /// Whether a client error says the cluster could not be reached or had no quorum (worth
 /// retrying while our lease lives), rather than that it refused the request.

@@ -60,7 +60,7 @@ mod status;
 
 pub use asynchronous::{AsyncEtcdGuard, AsyncEtcdLock};
 pub use blocking::{EtcdGuard, EtcdLock};
-pub use endpoint::{Address, SCHEME};
+pub use endpoint::{Address, SCHEME, TLS_SCHEME};
 pub use error::{Error, Result};
 pub use keys::MAX_NAME;
 pub use options::EtcdOptions;

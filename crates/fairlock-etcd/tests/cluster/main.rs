@@ -16,3 +16,4 @@ mod cancel;
 mod faults;
 mod network;
 mod processes;
+mod tls;

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod proxy;
+pub mod secure;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
