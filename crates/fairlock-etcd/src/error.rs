@@ -173,9 +173,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What the cluster refused, if a connection's error `e` says it refused us rather than
 /// that it could not be reached: the password, the TLS certificate it sent us (not signed by
-/// our CA), or ours (`tls`: a TLS connection the cluster closed during the handshake, which is
-/// how a TLS 1.3 server turns down a client certificate that is missing, expired or signed by
-/// a CA it does not trust).
+/// our CA), or ours (`tls`: a TLS connection the cluster ended during the handshake, with a
+/// fatal alert or by closing it, which is how a TLS 1.3 server turns down a client certificate
+/// that is missing, expired or signed by a CA it does not trust; which of the two the client
+/// sees first is a race).
 pub(crate) fn refusal(e: &etcd_client::Error, tls: bool) -> Option<String> {
     let etcd_client::Error::GRpcStatus(s) = e else {
         return None;
@@ -187,12 +188,15 @@ pub(crate) fn refusal(e: &etcd_client::Error, tls: bool) -> Option<String> {
     ) || message.contains("authentication failed")
     {
         return Some(format!(
-            "authentication failed: check the user and password (etcdctl's --user,              ETCDCTL_USER); etcd said: {message}"
+            "authentication failed: check the user and password (etcdctl's --user, \
+             ETCDCTL_USER); etcd said: {message}"
         ));
     }
     if message.contains("invalid peer certificate") {
         return Some(format!(
-            "TLS: the cluster's certificate is not trusted ({message}): is the CA certificate              given (etcdctl's --cacert, ETCDCTL_CACERT) the one that signed it, and does it              name this host?"
+            "TLS: the cluster's certificate is not trusted ({message}): is the CA certificate \
+             given (etcdctl's --cacert, ETCDCTL_CACERT) the one that signed it, and does it \
+             name this host?"
         ));
     }
     let mut chain = String::new();
@@ -201,7 +205,12 @@ pub(crate) fn refusal(e: &etcd_client::Error, tls: bool) -> Option<String> {
         chain.push_str(&x.to_string());
         src = x.source();
     }
-    if tls && (chain.contains("broken pipe") || chain.contains("reset by peer")) {
+    if tls
+        && (chain.contains("broken pipe")
+            || chain.contains("reset by peer")
+            || chain.contains("received fatal alert")
+            || chain.contains("close_notify"))
+    {
         return Some(
             "TLS: the cluster closed the connection in the handshake: it refused our client \
              certificate (missing, expired, or not signed by a CA it trusts: etcdctl's --cert \

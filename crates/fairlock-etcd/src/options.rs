@@ -127,10 +127,12 @@ impl EtcdOptions {
         };
         match (tls, &self.ca_pem, &self.identity_pem) {
             (true, None, _) => bad(
-                "https:// endpoints need the CA certificate that signed the cluster's                  (EtcdOptions::ca_certificate; etcdctl's --cacert)",
+                "https:// endpoints need the CA certificate that signed the cluster's \
+                 (EtcdOptions::ca_certificate; etcdctl's --cacert)",
             ),
             (false, Some(_), _) | (false, _, Some(_)) => bad(
-                "certificates were given but the endpoints are http://: use https://                  endpoints for TLS",
+                "certificates were given but the endpoints are http://: use https:// \
+                 endpoints for TLS",
             ),
             _ => Ok(()),
         }

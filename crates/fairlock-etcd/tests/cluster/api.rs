@@ -14,7 +14,7 @@ fn bad_endpoints_refused_connections_and_odd_names_give_clear_errors() {
     for (ep, what) in [
         ("localhost", "not HOST:PORT"),
         ("127.0.0.1:99999", "the port is not in 1..=65535"),
-        ("https://127.0.0.1:2379", "TLS"),
+        ("grpc://127.0.0.1:2379", "unknown scheme"),
     ] {
         let e = EtcdLock::connect(&[ep], "x").unwrap_err();
         assert!(matches!(e, Error::InvalidEndpoint { .. }), "{ep}: {e:?}");
@@ -22,6 +22,14 @@ fn bad_endpoints_refused_connections_and_odd_names_give_clear_errors() {
             e.to_string().contains(ep) && e.to_string().contains(what),
             "{e}"
         );
+    }
+    // TLS without the CA to check the cluster's certificate with (see `tls`): refused before
+    // any connection, saying what is missing.
+    match EtcdLock::connect(&["https://127.0.0.1:2379"], "x") {
+        Err(Error::InvalidOption { what }) => {
+            assert!(what.contains("need the CA certificate"), "{what}")
+        }
+        other => panic!("{:?}", other.map(|_| ())),
     }
     // Nobody listens on this port: refused, quickly, named.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
