@@ -121,6 +121,7 @@ fn every_wrong_credential_is_a_clear_error_never_a_hang() {
             assert!(text.contains(w), "{what}: {w:?} not in {text:?}");
         }
         assert!(text.contains(&e.endpoint()), "{what}: {text}");
+        assert!(!text.contains("  "), "{what}: a run of spaces in {text:?}");
         assert_eq!(
             std::io::Error::from(err).kind(),
             std::io::ErrorKind::PermissionDenied,
@@ -140,14 +141,20 @@ fn tls_options_that_cannot_fit_the_endpoints_are_refused_before_connecting() {
             assert!(
                 what.contains("CA certificate") && what.contains("--cacert"),
                 "{what}"
-            )
+            );
+            assert!(!what.contains("  "), "a run of spaces in {what:?}");
         }
         other => panic!("{:?}", other.map(|_| ())),
     }
     let mut plain = EtcdLock::options();
     plain.ca_certificate(b"-----BEGIN CERTIFICATE-----".to_vec());
     match plain.connect(&["127.0.0.1:1"], "tls") {
-        Err(Error::InvalidOption { what }) => assert!(what.contains("https://"), "{what}"),
+        Err(Error::InvalidOption { what }) => {
+            assert!(
+                what.contains("https://") && !what.contains("  "),
+                "{what:?}"
+            )
+        }
         other => panic!("{:?}", other.map(|_| ())),
     }
     match EtcdLock::connect(&["https://127.0.0.1:1", "127.0.0.1:2"], "tls") {
