@@ -22,6 +22,9 @@
 //!   the whole cycle per acquisition (spawn of etcdctl to its exit) only;
 //! * **fairlock (local file)**: `fairlock::FairLock` on a file, the reference point.
 //!
+//! After its tables it prints what each acquisition cost the cluster, from etcd's own counters
+//! (`etcdbench/requests.rs`): requests by gRPC method, writes committed, WAL fsyncs.
+//!
 //! Every client is a process of its own (the etcdctl loops: a thread per client that spawns
 //! etcdctl). The critical section is the bookkeeping only: a few atomics on a page of a file
 //! that every client maps, which also carries the hand-off stamp (`CLOCK_MONOTONIC` of the
@@ -30,6 +33,8 @@
 
 #[path = "etcdbench/cluster.rs"]
 mod cluster;
+#[path = "etcdbench/requests.rs"]
+mod requests;
 #[path = "etcdbench/stats.rs"]
 mod stats;
 #[path = "etcdbench/worker.rs"]
@@ -95,6 +100,9 @@ struct Agg {
     clients: Vec<(u64, Hist)>,
     out_of_order: u64,
     overlaps: u64,
+    /// etcd's own counters per acquisition, summed over the runs (see `requests`).
+    requests: requests::Counters,
+    request_runs: usize,
 }
 
 impl Agg {
@@ -147,6 +155,8 @@ fn read_samples(path: &Path, (start, end): (u64, u64)) -> (u64, Hist, Hist) {
 struct Ctx {
     dir: PathBuf,
     endpoints: String,
+    /// Every member's `HOST:PORT`, for their counters.
+    members: Vec<String>,
     exe: PathBuf,
     go: Option<PathBuf>,
     seq: usize,
@@ -171,6 +181,22 @@ fn run(ctx: &mut Ctx, lock: Lock, n: usize, secs: f64, agg: &mut Agg) {
     let shm = Shm::create(&shm_path);
     let out = |k: usize| ctx.dir.join(format!("out-{id}-{k}"));
     let dur = (secs * 1e9) as u64;
+    let counted = lock != Lock::Local;
+    let before = if counted {
+        requests::read(&ctx.members)
+    } else {
+        requests::Counters::default()
+    };
+    let count = |agg: &mut Agg, grants: u64| {
+        if counted {
+            let after = requests::read(&ctx.members);
+            requests::add(
+                &mut agg.requests,
+                &requests::per_grant(&before, &after, grants),
+            );
+            agg.request_runs += 1;
+        }
+    };
     let window = match lock {
         Lock::Etcd | Lock::GoMutex | Lock::Local => {
             let mut children = Vec::new();
@@ -284,6 +310,7 @@ fn run(ctx: &mut Ctx, lock: Lock, n: usize, secs: f64, agg: &mut Agg) {
                 }
                 agg.secs += secs;
                 agg.rounds.push(total as f64 / secs);
+                count(agg, total);
                 return;
             }
             (start, end)
@@ -298,10 +325,65 @@ fn run(ctx: &mut Ctx, lock: Lock, n: usize, secs: f64, agg: &mut Agg) {
     }
     agg.secs += secs;
     agg.rounds.push(total as f64 / secs);
+    count(agg, total);
     if lock != Lock::Etcdctl {
         agg.out_of_order += shm.at(word::OUT_OF_ORDER).load(SeqCst);
     }
     agg.overlaps += shm.at(word::OVERLAPS).load(SeqCst);
+}
+
+/// What each acquisition cost the cluster, from etcd's own counters (`requests`): the mean
+/// over the rounds of each lock × client count.
+fn requests_table(aggs: &[(Lock, usize, Agg)]) {
+    let counted: Vec<_> = aggs.iter().filter(|(_, _, a)| a.request_runs > 0).collect();
+    if counted.is_empty() {
+        return;
+    }
+    let mut methods: Vec<String> = Vec::new();
+    for (_, _, a) in &counted {
+        for m in a.requests.methods.keys() {
+            if !methods.contains(m) {
+                methods.push(m.clone());
+            }
+        }
+    }
+    methods.sort();
+    let mut head = vec![
+        "lock",
+        "clients",
+        "writes committed",
+        "WAL fsyncs (3 members)",
+    ];
+    head.extend(methods.iter().map(String::as_str));
+    let rows: Vec<Vec<String>> = counted
+        .iter()
+        .map(|(lock, n, a)| {
+            let m = requests::mean(&a.requests, a.request_runs);
+            let mut r = vec![
+                lock.name().to_owned(),
+                n.to_string(),
+                format!("{:.2}", m.proposals),
+                format!("{:.2}", m.fsyncs),
+            ];
+            r.extend(methods.iter().map(|k| {
+                m.methods
+                    .get(k)
+                    .map_or("–".to_owned(), |v| format!("{v:.2}"))
+            }));
+            r
+        })
+        .collect();
+    println!(
+        "## Requests per acquisition (etcd's own counters)\n\n{}",
+        table(&head, &rows)
+    );
+    println!(
+        "* read from every member's `/metrics` before and after each run, divided by the run's \
+         acquisitions: gRPC requests the members answered, by method (a streaming method counts \
+         its streams, not its messages), Raft proposals committed (the leader's count: the \
+         writes the cluster applied) and WAL fsyncs (all three members); the clients' connect \
+         and goodbye are spread over the run's acquisitions"
+    );
 }
 
 /// Removes the bench's directory when dropped.
@@ -436,6 +518,7 @@ fn main() {
     let mut ctx = Ctx {
         dir: dir.0.clone(),
         endpoints: cluster.joined(),
+        members: cluster.endpoints(),
         exe: std::env::current_exe().expect("own path"),
         go: o.go.clone(),
         seq: 0,
@@ -585,6 +668,7 @@ fn main() {
     let labels: Vec<String> = (1..=o.rounds).map(|r| format!("round {r} acq/s")).collect();
     head.extend(labels.iter().map(String::as_str));
     println!("## Rounds\n\n{}", table(&head, &spread));
+    requests_table(&aggs);
     println!("* load average at end: {load_end}");
     println!(
         "* `etcdctl lock -- true`: hand-off not measurable (nothing runs at the grant); its \
