@@ -195,7 +195,6 @@ where
     let tick = tokio::time::sleep_until(start + if hedged { HEDGE } else { window });
     tokio::pin!(close, tick);
     let mut copies: Vec<Pin<Box<Fut>>> = vec![Box::pin(f())];
-    let mut sent = 1usize;
     let mut last = None;
     enum Event<T> {
         Done(std::result::Result<T, etcd_client::Error>),
@@ -229,9 +228,8 @@ where
             // Others are pending: one of them may still answer.
             Event::Done(Err(e)) => last = Some(e),
             Event::Tick => {
-                if copies.len() < MAX_COPIES && (hedged || sent == 0) {
+                if copies.len() < MAX_COPIES && hedged {
                     copies.push(Box::pin(f()));
-                    sent += 1;
                 }
                 // Unhedged: one copy, after which only its answer or `close` ends the attempt.
                 let next = if hedged { HEDGE } else { window };
@@ -433,6 +431,12 @@ struct Joined {
     /// Every attempt answered (only one was made, or the others were answered too): no copy
     /// of the join can be applied later.
     certain: bool,
+    /// What the join that created our key read right after creating it, in its own
+    /// transaction: the queue's two newest keys (ours first) and the grant record, at the
+    /// join's revision. It is the first look's answer (see [`acquire`]), so an acquisition
+    /// that finds nobody ahead needs no look of its own. `None` when the answer came from a
+    /// retry that found our key already there.
+    seen: Option<TxnResponse>,
 }
 
 /// Joins the queue: creates our key under our lease unless it exists (a retry after a lost
@@ -462,6 +466,20 @@ async fn enqueue(
             then.push(TxnOp::delete(r.clone(), None));
             otherwise.push(TxnOp::delete(r.clone(), None));
         }
+        // The first look, read after the put in the same transaction: the key just created is
+        // the newest of the queue, so the one after it (by create revision) is the key just
+        // ahead of ours, as `look` asks for it.
+        then.push(TxnOp::get(
+            ctx.keys.queue.clone(),
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Descend)
+                    .with_limit(2)
+                    .with_keys_only(),
+            ),
+        ));
+        then.push(TxnOp::get(ctx.keys.held.clone(), None));
         let txn = Txn::new()
             .when([absent(key), absent(receipt)])
             .and_then(then)
@@ -486,12 +504,17 @@ async fn enqueue(
     };
     if resp.succeeded() {
         let token = resp.header().map(|h| h.revision()).unwrap_or(0);
-        return Ok(Joined { token, certain });
+        return Ok(Joined {
+            token,
+            certain,
+            seen: Some(resp),
+        });
     }
     match gets(&resp).first().and_then(|kvs| kvs.first()) {
         Some(kv) => Ok(Joined {
             token: kv.create_revision(),
             certain,
+            seen: None,
         }),
         // Neither created nor there: deleted between two of our attempts (by hand).
         None => Err((
@@ -676,6 +699,93 @@ enum Woken {
     Failed,
 }
 
+/// A look at the queue from our key: `(revision, the key just ahead of ours, the grant
+/// record)`, read at one revision while our key is still ours.
+async fn look(
+    ctx: &Ctx,
+    session: &Session,
+    undo: &mut Undo,
+    key: &[u8],
+    token: i64,
+    b: Bounds,
+) -> std::result::Result<Snapshot, Failed> {
+    let resp = retrying(ctx, Some(session), b.deadline, b.limit, true, || {
+        ctx.txn(
+            Txn::new().when([mine(key, token)]).and_then([
+                TxnOp::get(
+                    ctx.keys.queue.clone(),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_max_create_revision(token - 1)
+                            .with_sort(SortTarget::Create, SortOrder::Descend)
+                            .with_limit(1)
+                            .with_keys_only(),
+                    ),
+                ),
+                TxnOp::get(ctx.keys.held.clone(), None),
+            ]),
+        )
+    })
+    .await;
+    let resp = match resp {
+        Ok(r) => r,
+        Err(s @ (Stop::Deadline | Stop::Unreachable(_))) => {
+            undo.finish().await;
+            return Err(ctx.stop_error(s, "looking at the queue", "").into());
+        }
+        Err(s) => {
+            return Err(ctx
+                .stop_error(s, "looking at the queue", "while waiting")
+                .into());
+        }
+    };
+    if !resp.succeeded() {
+        return Err(ctx.gone("while waiting", key, token).into());
+    }
+    let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+    let got = gets(&resp);
+    let pred = got
+        .first()
+        .and_then(|kvs| kvs.first())
+        .map(|kv| kv.key().to_vec());
+    let held = match got.get(1).and_then(|kvs| kvs.first()) {
+        Some(kv) => Some(Held::decode(&ctx.keys.name, kv.value())?),
+        None => None,
+    };
+    Ok((rev, pred, held))
+}
+
+/// A look's answer: the revision read at, the key just ahead of ours (none: we are first),
+/// the grant record.
+type Snapshot = (i64, Option<Vec<u8>>, Option<Held>);
+
+/// The first look, from the answer of the join that created `key` (see [`Joined::seen`]):
+/// the queue's two newest keys, ours first, and the grant record, read right after the put.
+/// `None` if the answer does not show our key as the newest (it always does: then the caller
+/// looks as usual).
+fn first_look(
+    ctx: &Ctx,
+    key: &[u8],
+    joined: &TxnResponse,
+) -> Option<std::result::Result<Snapshot, Error>> {
+    let rev = joined.header().map(|h| h.revision())?;
+    let got = gets(joined);
+    let newest = got.first()?;
+    if newest.first()?.key() != key {
+        return None;
+    }
+    let pred = newest.get(1).map(|kv| kv.key().to_vec());
+    let held = match got.get(1).and_then(|kvs| kvs.first()) {
+        Some(kv) => match Held::decode(&ctx.keys.name, kv.value()) {
+            Ok(h) => Some(h),
+            Err(e) => return Some(Err(e)),
+        },
+        None => None,
+    };
+    Some(Ok((rev, pred, held)))
+}
+
 /// Acquires the lock: joins the queue, waits for every earlier key to go, then writes the
 /// grant record.
 pub(crate) async fn acquire(
@@ -695,10 +805,10 @@ pub(crate) async fn acquire(
         uncertain: true,
         armed: true,
     };
-    let token = match enqueue(ctx, &session, &key, &receipt, &value, b).await {
+    let (token, mut seen) = match enqueue(ctx, &session, &key, &receipt, &value, b).await {
         Ok(j) => {
             undo.uncertain = !j.certain;
-            j.token
+            (j.token, j.seen)
         }
         Err((stop, certain)) => {
             let stale_lease = matches!(&stop, Stop::Lost(l) if l.cause == Cause::Gone);
@@ -718,50 +828,18 @@ pub(crate) async fn acquire(
     let mut backoff = Duration::from_millis(20);
     let held = loop {
         // One snapshot: is our key still ours, who is just ahead of us, what does the
-        // grant record say.
-        let resp = retrying(ctx, Some(&session), b.deadline, b.limit, true, || {
-            ctx.txn(
-                Txn::new().when([mine(&key, token)]).and_then([
-                    TxnOp::get(
-                        ctx.keys.queue.clone(),
-                        Some(
-                            GetOptions::new()
-                                .with_prefix()
-                                .with_max_create_revision(token - 1)
-                                .with_sort(SortTarget::Create, SortOrder::Descend)
-                                .with_limit(1)
-                                .with_keys_only(),
-                        ),
-                    ),
-                    TxnOp::get(ctx.keys.held.clone(), None),
-                ]),
-            )
-        })
-        .await;
-        let resp = match resp {
-            Ok(r) => r,
-            Err(s @ (Stop::Deadline | Stop::Unreachable(_))) => {
-                undo.finish().await;
-                return Err(ctx.stop_error(s, "looking at the queue", "").into());
+        // grant record say. The first is the join's own, when it has one.
+        let (rev, pred, held) = match seen.take().and_then(|j| first_look(ctx, &key, &j)) {
+            Some(snapshot) => {
+                // As a look's `retrying` would: a session lost meanwhile ends the wait.
+                if let Some(l) = session.lost() {
+                    return Err(ctx
+                        .stop_error(Stop::Lost(l), "looking at the queue", "while waiting")
+                        .into());
+                }
+                snapshot?
             }
-            Err(s) => {
-                return Err(ctx
-                    .stop_error(s, "looking at the queue", "while waiting")
-                    .into());
-            }
-        };
-        if !resp.succeeded() {
-            return Err(ctx.gone("while waiting", &key, token).into());
-        }
-        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-        let got = gets(&resp);
-        let pred = got
-            .first()
-            .and_then(|kvs| kvs.first())
-            .map(|kv| kv.key().to_vec());
-        let held = match got.get(1).and_then(|kvs| kvs.first()) {
-            Some(kv) => Some(Held::decode(&ctx.keys.name, kv.value())?),
-            None => None,
+            None => look(ctx, &session, &mut undo, &key, token, b).await?,
         };
         let Some(pred) = pred else { break held };
         if !b.waits {

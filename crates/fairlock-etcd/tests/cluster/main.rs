@@ -16,4 +16,5 @@ mod cancel;
 mod faults;
 mod network;
 mod processes;
+mod requests;
 mod tls;
