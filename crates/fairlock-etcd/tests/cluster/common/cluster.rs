@@ -26,8 +26,50 @@ pub struct Cluster {
     members: Vec<Member>,
 }
 
+/// A fresh directory for a test's etcd, `fairlock-etcd-{what}-PID-NANOS` in the temp dir.
+pub fn fresh_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "fairlock-etcd-{what}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Starts an etcd member that dies with the test thread that started it, even if the test
+/// process is killed before anything drops it.
+pub fn spawn_member(cmd: &mut Command) -> Child {
+    // SAFETY: prctl is async-signal-safe; this runs in the child between fork and exec and
+    // touches no memory of the parent's.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("start etcd (is etcd-server installed?)")
+}
+
+/// Waits until `put` (an etcdctl write) succeeds: etcd in `dir` answers writes.
+pub fn wait_writable(dir: &Path, limit: Duration, put: impl Fn() -> Result<String, String>) {
+    let start = Instant::now();
+    loop {
+        match put() {
+            Ok(_) => return,
+            Err(e) if start.elapsed() > limit => {
+                panic!("etcd in {} not ready after {limit:?}: {e}", dir.display())
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
 /// Ports nobody listens on now (the kernel's choice), distinct.
-fn free_ports(n: usize) -> Vec<u16> {
+pub fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
         .collect();
@@ -40,15 +82,7 @@ fn free_ports(n: usize) -> Vec<u16> {
 impl Cluster {
     /// Starts three members and waits until the cluster answers writes.
     pub fn start(tag: &str) -> Cluster {
-        let dir = std::env::temp_dir().join(format!(
-            "fairlock-etcd-{tag}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir(tag);
         let ports = free_ports(6);
         let members: Vec<Member> = (0..3)
             .map(|i| Member {
@@ -108,16 +142,7 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        // SAFETY: prctl is async-signal-safe; this runs in the child between fork and exec
-        // and touches no memory of the parent's. The member dies with the test thread that
-        // started it, even if the test process is killed before Drop runs.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        m.child = Some(cmd.spawn().expect("start etcd (is etcd-server installed?)"));
+        m.child = Some(spawn_member(&mut cmd));
     }
 
     /// `HOST:PORT` of every member.
@@ -161,19 +186,9 @@ impl Cluster {
 
     /// Waits until a write goes through (a leader and a quorum).
     pub fn wait_ready(&self, limit: Duration) {
-        let start = Instant::now();
-        loop {
-            match self.etcdctl(&["put", "fairlock-test/ready", "1"]) {
-                Ok(_) => return,
-                Err(e) if start.elapsed() > limit => {
-                    panic!(
-                        "etcd cluster in {} not ready after {limit:?}: {e}",
-                        self.dir.display()
-                    )
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
+        wait_writable(&self.dir, limit, || {
+            self.etcdctl(&["put", "fairlock-test/ready", "1"])
+        });
     }
 
     /// Waits until member `i` itself serves a linearizable read (`etcdctl endpoint health`

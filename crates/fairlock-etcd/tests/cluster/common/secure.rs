@@ -5,12 +5,11 @@
 
 #![allow(dead_code)] // not every helper is used by every build of the tests
 
-use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::cluster::{free_ports, fresh_dir, spawn_member, wait_writable};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -102,15 +101,7 @@ impl SecureEtcd {
     /// Starts the member with TLS and client-certificate checks, makes the user `root` with
     /// [`PASSWORD`] and enables authentication; returns once `root` can write.
     pub fn start(tag: &str) -> SecureEtcd {
-        let dir = std::env::temp_dir().join(format!(
-            "fairlock-etcd-tls-{tag}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir(&format!("tls-{tag}"));
         let ca = Ca::new("fairlock test CA");
         let other = Ca::new("another CA");
         let (server_cert, server_key) = ca.sign("127.0.0.1", true, 2020, 2100);
@@ -126,12 +117,7 @@ impl SecureEtcd {
         };
         let server_cert = write(&dir, "server.pem", &server_cert);
         let server_key = write(&dir, "server-key.pem", &server_key);
-        let ports: Vec<u16> = (0..2)
-            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect::<Vec<_>>()
-            .iter()
-            .map(|l| l.local_addr().unwrap().port())
-            .collect();
+        let ports = free_ports(2);
         let (port, peer) = (ports[0], ports[1]);
         let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
         let mut cmd = Command::new("etcd");
@@ -161,16 +147,7 @@ impl SecureEtcd {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        // SAFETY: prctl is async-signal-safe; this runs in the child between fork and exec
-        // and touches no memory of the parent's. The member dies with the test thread that
-        // started it, even if the test process is killed before Drop runs.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().expect("start etcd (is etcd-server installed?)");
+        let child = spawn_member(&mut cmd);
         let e = SecureEtcd {
             dir,
             port,
@@ -229,19 +206,9 @@ impl SecureEtcd {
     }
 
     fn wait_ready(&self, limit: Duration) {
-        let start = Instant::now();
-        loop {
-            match self.etcdctl(&["put", "fairlock-test/ready", "1"]) {
-                Ok(_) => return,
-                Err(e) if start.elapsed() > limit => {
-                    panic!(
-                        "etcd with TLS in {} not ready after {limit:?}: {e}",
-                        self.dir.display()
-                    )
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
+        wait_writable(&self.dir, limit, || {
+            self.etcdctl(&["put", "fairlock-test/ready", "1"])
+        });
     }
 }
 
