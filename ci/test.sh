@@ -4,7 +4,7 @@
 # then runs every test of every crate (the etcd tests start and stop their own 3-member
 # clusters on 127.0.0.1 ports of their own), the loom models (ci/loom.sh) and the Python
 # package's tests (ci/python.sh: its wheel, a fresh venv, packages from the package index).
-# About 7.5 minutes on a 2-core machine from a fresh clone (436 s, 2026-12-07). Arguments go
+# About 8 minutes on a 2-core machine from a fresh clone (472 s, 2026-12-07). Arguments go
 # to `cargo test` (a filter, say); with arguments the loom and Python suites are left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
