@@ -23,8 +23,8 @@ trap cleanup EXIT
 export TMPDIR="$tmp"
 # The tests' build: line tables in their backtraces (a failing worker's stderr names file and
 # line); in fairlock's own crates, integer overflow and debug assertions checked as in a debug
-# build (a review found an overflow that release builds had hidden: docs/TESTING.md, "Issue
-# 12"). The release profile itself ships none of these (ci/wheel.sh unsets the line tables).
+# build (release builds wrap an overflow silently; docs/TESTING.md, "Regressions", has the one
+# that hid). The release profile itself ships none of these (ci/wheel.sh unsets the line tables).
 export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 checks=()
 for crate in fairlock fairlock-cli fairlock-etcd fairlock-python; do
