@@ -195,7 +195,7 @@ fn claim(fd: BorrowedFd<'_>, opened: &Opened, shown: &Path) -> Result<(u32, u32)
             .compare_exchange(old, n, SeqCst, Relaxed)
             .is_ok()
         {
-            note_claim(entry, std::process::id());
+            let _ = note_claim(entry, std::process::id());
             // Informational (status): the process that asked — the shell holding `fd` —
             // rather than this one, which may exit at once.
             // SAFETY: getppid has no preconditions.
@@ -307,7 +307,8 @@ impl OpenOptions {
                 return Err(e);
             }
         };
-        let shared = Shared::new(&shown, beacon, opened.mapping, i, None);
+        // Not in the table of open files: the generation of its claim is never compared.
+        let shared = Shared::new(&shown, beacon, opened.mapping, i, 0, None);
         core::clean_up_participant(&shared.state(), &shared.platform(), i);
         let mut claimed = Claimed {
             fd,

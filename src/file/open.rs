@@ -54,10 +54,6 @@ pub struct Opened {
     pub mapping: Mapping,
     /// Device and inode, to share one mapping per file within a process.
     pub id: (u64, u64),
-    /// Whether this open initialised an empty (or half-initialised) file: a view this
-    /// process already has of the same inode is then of a state that is gone (the file was
-    /// truncated and made anew).
-    pub fresh: bool,
 }
 
 fn open_error(path: &Path, e: io::Error, for_writing: bool, create: bool) -> Error {
@@ -234,12 +230,12 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
     let file = open_file(path, o, false)?;
     let boot = boot_id::read();
     // Fast path, no file lock: a valid file from this boot is used as it is.
-    let (geometry, fresh) = match read_verdict(&file, path)? {
+    let geometry = match read_verdict(&file, path)? {
         Verdict::Valid {
             geometry, boot_id, ..
         } if !boot_id::is_stale(boot_id, boot) => {
             check_data(path, o, geometry)?;
-            (geometry, false)
+            geometry
         }
         // Refused without taking the lock: these are never written.
         v @ (Verdict::Foreign
@@ -256,7 +252,6 @@ pub fn open_lock_file(path: &Path, o: &CreateOptions) -> Result<Opened> {
         file,
         mapping,
         id: (meta.dev(), meta.ino()),
-        fresh,
     })
 }
 
@@ -344,7 +339,7 @@ fn initialise_locked(
     path: &Path,
     o: &CreateOptions,
     boot: Option<[u64; 2]>,
-) -> Result<(Geometry, bool)> {
+) -> Result<Geometry> {
     lock_for_initialisation(file, path, o.init_wait)?;
     let result = (|| match read_verdict(file, path)? {
         Verdict::Empty | Verdict::Pending => {
@@ -365,7 +360,7 @@ fn initialise_locked(
                 ),
             })?;
             initialise(file, path, g, boot, 0, Data::Zero)?;
-            Ok((g, true))
+            Ok(g)
         }
         Verdict::Valid {
             geometry,
@@ -382,7 +377,7 @@ fn initialise_locked(
                 // so fencing tokens never repeat.
                 initialise(file, path, geometry, boot, next_ticket, Data::Keep)?;
             }
-            Ok((geometry, false))
+            Ok(geometry)
         }
         Verdict::Reinit {
             geometry,
@@ -390,9 +385,9 @@ fn initialise_locked(
         } => {
             check_data(path, o, geometry)?;
             initialise(file, path, geometry, boot, next_ticket, Data::Keep)?;
-            Ok((geometry, true))
+            Ok(geometry)
         }
-        v => judge(path, v).map(|g| (g, false)),
+        v => judge(path, v),
     })();
     let _ = file.unlock();
     result

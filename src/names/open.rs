@@ -479,6 +479,7 @@ fn claim(nf: &Arc<NamesFile>, record: u32, word: u64, key: &str) -> Result<Optio
         nf.beacon.clone(),
         mapping,
         participant,
+        0, // a name's view is never made anew by `Shared::join`: its claim is not compared
         Some((Arc::from(key), nf.clone())),
     );
     crate::core::clean_up_participant(&shared.state(), &shared.platform(), participant);

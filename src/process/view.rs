@@ -5,7 +5,8 @@
 //!
 //! How a view is made ([`Shared::open`]), fork-safely: open and validate the file (which may
 //! wait for another process's initialisation, so it holds no lock of ours); look for an
-//! existing view (under the fork lock, briefly); create the beacon descriptor and register it
+//! existing view of the file's current state (under the fork lock, briefly; a view of a state
+//! the file was emptied and made anew since is broken: [`Shared::join`]); create the beacon descriptor and register it
 //! for the fork handler in one section under the fork lock; claim a participant entry (an OFD
 //! lock on the new descriptor); clean up what the entry's dead previous user left; insert the
 //! view (under the fork lock) unless another thread of ours inserted one meanwhile — then ours
@@ -20,7 +21,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::core::state::{Header, Participant};
 use crate::core::{self, LockState};
 use crate::error::{Error, Result};
-use crate::file::{CreateOptions, Mapping, open_lock_file};
+use crate::file::{CreateOptions, Mapping, Opened, open_lock_file};
 use crate::sys::ofd;
 use crate::sys::platform::{Owners, SysPlatform};
 use crate::sys::thread::{self, ForkGuard};
@@ -48,6 +49,11 @@ pub(crate) struct Shared {
     mapping: Mapping,
     /// Our participant index.
     pub(crate) participant: u32,
+    /// Our participant entry's `generation` right after we claimed it. While our beacon holds
+    /// the entry, nobody else claims it, so a lock state whose entry has another generation
+    /// (a file emptied and made anew zeroes every entry) is not the one this view was made on
+    /// ([`Shared::claimed_in`]).
+    claim: u64,
     /// For a named lock: its name, and the file's per-process view (kept alive while a name
     /// of it is open).
     pub(crate) named: Option<(Arc<str>, Arc<dyn NamesOwner>)>,
@@ -180,21 +186,27 @@ impl Shared {
     /// Opens `path` (or joins this process's existing view of the same file).
     pub(crate) fn open(path: &Path, o: &CreateOptions) -> Result<Arc<Shared>> {
         thread::install_fork_handler();
-        let opened = open_lock_file(path, o)?;
+        Shared::join(open_lock_file(path, o)?, path)
+    }
+
+    /// The view of the file `opened` (just opened and validated): this process's existing
+    /// one if it is a view of the file's current lock state, else a new one.
+    fn join(opened: Opened, path: &Path) -> Result<Arc<Shared>> {
         let fork_generation = thread::fork_generation();
         let id = (opened.id.0, opened.id.1, UNNAMED);
-        if let Some(existing) = with_open_files(|o| find(o, id, fork_generation)) {
-            if !opened.fresh {
+        while let Some(existing) = with_open_files(|o| find(o, id, fork_generation)) {
+            if existing.current_in(&opened.mapping) {
                 return Ok(existing); // our extra descriptor closes here; it holds no beacon
             }
-            // We just made the file anew (it had been emptied): the state our view holds is
-            // gone, as if its mapping had faulted (`sys::sigbus`); its handles fail from now on.
+            // The file was emptied and made anew (by us, or by anyone since `existing` was
+            // made) and `existing` is a view of the state from before: that state is gone, as
+            // if its mapping had faulted (`sys::sigbus`); its handles fail from now on.
             existing.mark_broken();
         }
         let beacon = Arc::new(open_beacon(&opened.file, opened.id, path)?);
         drop(opened.file); // the mapping keeps what it needs
-        let participant = register(beacon.file(), &opened.mapping, path)?;
-        let shared = Shared::new(path, beacon, opened.mapping, participant, None);
+        let (participant, claim) = register(beacon.file(), &opened.mapping, path)?;
+        let shared = Shared::new(path, beacon, opened.mapping, participant, claim, None);
         core::clean_up_participant(&shared.state(), &shared.platform(), participant);
         if let Some(entry) = shared.state().participant(participant) {
             publish_identity(entry);
@@ -202,12 +214,14 @@ impl Shared {
         Ok(Shared::insert(shared, id))
     }
 
-    /// A new view (its participant entry claimed, not yet cleaned up or in the table).
+    /// A new view (its participant entry claimed, with `claim` the entry's generation after
+    /// our claim; not yet cleaned up or in the table).
     pub(crate) fn new(
         path: &Path,
         beacon: Arc<Beacon>,
         mapping: Mapping,
         participant: u32,
+        claim: u64,
         named: Option<(Arc<str>, Arc<dyn NamesOwner>)>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
@@ -216,6 +230,7 @@ impl Shared {
             generation: mapping.generation(),
             mapping,
             participant,
+            claim,
             named,
             hold: Hold {
                 owner: AtomicU64::new(0),
@@ -239,12 +254,18 @@ impl Shared {
         // Relaxed: see `is_current`.
         let generation = shared.generation.load(Relaxed);
         let ours = shared.clone();
-        let chosen = with_open_files(|open_files| match find(open_files, id, generation) {
-            Some(theirs) => theirs,
-            None => {
-                open_files.push((id, generation, Arc::downgrade(&ours)));
-                ours
+        let chosen = with_open_files(|open_files| {
+            while let Some(theirs) = find(open_files, id, generation) {
+                // A file of one lock: theirs may have been made on a state the file has been
+                // made anew since (see `Shared::join`). (A name's view is made anew only
+                // through its file of names: `names::open`.)
+                if id.2 != UNNAMED || theirs.current_in(&ours.mapping) {
+                    return theirs;
+                }
+                theirs.mark_broken();
             }
+            open_files.push((id, generation, Arc::downgrade(&ours)));
+            ours
         });
         // If another thread of ours won the race, `shared` goes here (outside the fork lock:
         // dropping a view may close a beacon, which takes it).
@@ -321,6 +342,26 @@ impl Shared {
         self.generation.store(crate::sys::sigbus::BROKEN, Relaxed);
     }
 
+    /// Whether `mapping` (a new mapping of this view's file, validated) shows the lock state
+    /// this view was made on: the same geometry, and our participant entry still carrying our
+    /// claim (see [`Shared::claim`]). A view whose claim landed in a state made anew after it
+    /// validated the file is not current either: its geometry may be the old state's.
+    fn current_in(&self, mapping: &Mapping) -> bool {
+        self.mapping.geometry() == mapping.geometry() && self.claimed_in(mapping)
+    }
+
+    /// Whether our participant entry in `mapping` carries our claim.
+    fn claimed_in(&self, mapping: &Mapping) -> bool {
+        mapping
+            .state()
+            .participant(self.participant)
+            .is_some_and(|entry| {
+                // Relaxed: written by our own claim (or zeroed by the file's initialisation,
+                // which the caller's opening of the file follows).
+                entry.generation.load(Relaxed) == self.claim
+            })
+    }
+
     /// Whether a truncation of the file broke this view's mapping (see `sys::sigbus`).
     #[inline]
     pub(crate) fn is_broken(&self) -> bool {
@@ -376,7 +417,7 @@ pub(crate) fn open_beacon(file: &File, id: (u64, u64), path: &Path) -> Result<Be
 /// of this beacon descriptor's open file description is on the file yet.) The entry's `owner`
 /// is reset (a file of one lock uses it only to mark a grant held on behalf of a descriptor:
 /// see `fd_form.rs`).
-pub(crate) fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<u32> {
+pub(crate) fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<(u32, u64)> {
     let n = mapping.geometry().participants;
     let start = std::process::id() % n;
     for k in 0..n {
@@ -387,9 +428,9 @@ pub(crate) fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<u3
             if let Some(entry) = mapping.state().participant(i) {
                 // Relaxed: read only by whoever holds this beacon's description afterwards.
                 entry.marker.store(0, Relaxed);
-                note_claim(entry, std::process::id());
+                return Ok((i, note_claim(entry, std::process::id())));
             }
-            return Ok(i);
+            return Ok((i, 0));
         }
     }
     Err(Error::TooManyParticipants {
@@ -400,10 +441,12 @@ pub(crate) fn register(file: &File, mapping: &Mapping, path: &Path) -> Result<u3
 
 /// Writes down our claim of a participant entry of a file of one lock (or of a file of named
 /// locks' file-wide table): a new generation, our pid and the time (informational: status).
-pub(crate) fn note_claim(entry: &Participant, pid: u32) {
-    // Relaxed: informational.
-    entry.generation.fetch_add(1, Relaxed);
+/// Returns the new generation.
+pub(crate) fn note_claim(entry: &Participant, pid: u32) -> u64 {
+    // Relaxed: our beacon holds the entry; only we write it until we give it up.
+    let generation = entry.generation.fetch_add(1, Relaxed).wrapping_add(1);
     note_time(entry, pid);
+    generation
 }
 
 /// Writes our pid (informational: status) into an entry we claimed, and clears the
@@ -521,8 +564,110 @@ impl Drop for ExitWatch {
 
 #[cfg(test)]
 mod tests {
-    use super::{Hold, KEPT_ON_EXIT};
+    use super::{Hold, KEPT_ON_EXIT, Shared};
     use crate::core::Grant;
+    use crate::file::open_lock_file;
+    use std::sync::Arc;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("fairlock-view-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        let _ = std::fs::remove_file(&path);
+        path
+    }
+
+    /// Two threads opening a new file at once, in the order that once broke the second: one
+    /// makes the file, the other opens it (valid by then) and puts its view in the table, and
+    /// only then does the first look for a view. The view it finds is of the state it made:
+    /// it joins it and breaks nothing.
+    #[test]
+    fn a_view_made_on_the_state_we_just_made_is_joined_not_broken() {
+        let path = scratch("new-file-two-threads");
+        let o = crate::OpenOptions::default().create_options();
+        let made = open_lock_file(&path, &o).unwrap();
+        let theirs = Shared::open(&path, &o).unwrap();
+        let ours = Shared::join(made, &path).unwrap();
+        assert!(!theirs.is_broken());
+        assert!(Arc::ptr_eq(&ours, &theirs), "one view per file and process");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A view of the state from before the file was emptied and made anew (its mapping not
+    /// faulted yet) is broken by the opener that made the file anew, which gets a view of its
+    /// own.
+    #[test]
+    fn a_view_of_the_state_before_the_file_was_made_anew_is_broken() {
+        let path = scratch("emptied-file");
+        let o = crate::OpenOptions::default().create_options();
+        let old = Shared::open(&path, &o).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let made = open_lock_file(&path, &o).unwrap();
+        let new = Shared::join(made, &path).unwrap();
+        assert!(old.is_broken());
+        assert!(!new.is_broken());
+        assert!(!Arc::ptr_eq(&old, &new));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A thread that opens the file after it was emptied and made anew (by another process)
+    /// gets a view of the new state, not this process's view of the old one: its handle works,
+    /// and the old view is broken.
+    #[test]
+    fn an_open_after_the_file_was_made_anew_elsewhere_gets_the_new_state() {
+        let path = scratch("made-anew-elsewhere");
+        let o = crate::OpenOptions::default().create_options();
+        let old = Shared::open(&path, &o).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        // Made anew as another process would: opened, initialised, not joined by us.
+        drop(open_lock_file(&path, &o).unwrap());
+        let new = Shared::open(&path, &o).unwrap();
+        assert!(
+            !Arc::ptr_eq(&old, &new),
+            "the view of the old state was joined"
+        );
+        assert!(old.is_broken());
+        assert!(!new.is_broken());
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A view whose opener validated the file before it was made anew with another geometry,
+    /// and claimed its entry after, is not joined by the thread that made it anew: that
+    /// thread's view has the file's geometry.
+    #[test]
+    fn a_view_of_another_geometry_is_not_joined() {
+        let path = scratch("other-geometry");
+        let mut small = crate::OpenOptions::default().create_options();
+        small.slots = 8;
+        drop(open_lock_file(&path, &small).unwrap());
+        let theirs_opened = open_lock_file(&path, &small).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let mut large = small;
+        large.slots = 64;
+        let made = open_lock_file(&path, &large).unwrap();
+        let geometry = made.mapping.geometry();
+        let theirs = Shared::join(theirs_opened, &path).unwrap();
+        let ours = Shared::join(made, &path).unwrap();
+        assert_eq!(ours.geometry(), geometry);
+        assert!(!Arc::ptr_eq(&ours, &theirs));
+        assert!(theirs.is_broken());
+        let _ = std::fs::remove_file(&path);
+    }
 
     /// A hold's packed grant keeps its lease up to the longest a handle accepts, its flags,
     /// and the kept-on-exit bit, each apart from the others.
