@@ -389,6 +389,7 @@ pub fn unlock_fd(fd: BorrowedFd<'_>) -> Result<Option<FdGrant>> {
         participants: st.participant_count(),
         entries: st.participants(),
         owners: None,
+        bell: None,
     };
     let lost = || Error::LockLost {
         path: shown.clone(),

@@ -60,8 +60,9 @@ pub fn lock<P: Platform>(
 
 /// The rest of [`lock`] once the fast path failed: in a file with a bypass bound, a barge
 /// (see [`crate::core::exclusive::barge`]); else take a ticket (which may still find the lock free), publish,
-/// wait, claim. `first`: a ticket the caller already took (`try_lock` of
-/// a weighted kind), else one is taken here. A [`Watch`] made by [`Watch::interruptible`]
+/// wait, claim. `first`: a ticket the caller already took and the barges the lock word
+/// counted when it was taken ([`Taken::Queued`]; 0 for a weighted kind, which has no barges):
+/// `try_lock` of a weighted kind, an asynchronous acquisition; else one is taken here. A [`Watch`] made by [`Watch::interruptible`]
 /// gives the ticket up (as at the deadline) once its hook says so, with
 /// [`WaitError::Interrupted`]. A grant that races the interruption wins: the caller then
 /// holds the lock.
@@ -74,7 +75,7 @@ pub fn lock_watched<P: Platform>(
     me: &Me,
     deadline: Option<u64>,
     tuning: &Tuning,
-    first: Option<u64>,
+    first: Option<(u64, u32)>,
     watch: Watch<'_>,
 ) -> Result<Grant, WaitError> {
     if first.is_none() && deadline.is_some_and(|d| p.now_ns() >= d) {
@@ -108,7 +109,7 @@ pub fn lock_queued<P: Platform>(
     me: &Me,
     deadline: Option<u64>,
     tuning: &Tuning,
-    first: Option<u64>,
+    first: Option<(u64, u32)>,
     mut watch: Watch<'_>,
 ) -> Result<Grant, WaitError> {
     let mut first = first;
@@ -117,7 +118,10 @@ pub fn lock_queued<P: Platform>(
     let mut retakes = 0;
     while retakes < MAX_RETAKES {
         let (t, arrived) = match first.take() {
-            Some(t) => (t, 0),
+            Some(taken) => taken,
+            // Never a new ticket (a first one, or again after ours was skipped) for a waiter
+            // told to stop: it would be granted, or queue, for nobody.
+            None if watch.interrupted() => return Err(watch.stopped()),
             None => match take(st, p, me) {
                 Taken::Fast(g) => return Ok(g),
                 Taken::Queued(t, arrived) => (t, arrived),
@@ -294,7 +298,7 @@ fn try_weighted<P: Platform>(
                 continue; // someone took it first: look again
             }
             crate::crash_point!("acquire.ticket_taken");
-            return match lock_watched(st, p, me, Some(0), tuning, Some(t), watch) {
+            return match lock_watched(st, p, me, Some(0), tuning, Some((t, 0)), watch) {
                 Ok(g) => Ok(Some(g)),
                 Err(WaitError::Timeout) => Ok(None),
                 Err(e) => Err(e),

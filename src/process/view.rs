@@ -313,6 +313,7 @@ impl Shared {
                 .map(|(_, names)| names.owners(self.mapping.state().participants())),
             participants: self.mapping.geometry().participants,
             entries: self.mapping.state().participants(),
+            bell: None,
         }
     }
 

@@ -51,20 +51,46 @@ pub fn waitv_works() -> bool {
 }
 
 /// `futex_waitv` on two shared 32-bit futex words — the low half of `word` (expected
-/// `expected`) and `beacon` (expected `beacon_expected`) — until either changes and is woken,
-/// `until_ns` (absolute `CLOCK_MONOTONIC`) passes, a signal or spuriously. Every outcome just
-/// returns; callers re-check both words. If the call is refused (see [`waitv_works`]) it
-/// remembers that and waits on `word` alone for at most 1 ms, so that the caller neither spins
-/// (a refused call returning at once would burn a CPU) nor misses a death for
-/// long.
+/// `expected`) and `beacon` (expected `beacon_expected`) — and the caller's `bell` if any
+/// (expected 0: see [`wait_ringing`]), until one changes and is woken, `until_ns` (absolute
+/// `CLOCK_MONOTONIC`) passes, a signal or spuriously. Every outcome just returns; callers
+/// re-check the words. If the call is refused (see [`waitv_works`]) it remembers that and waits
+/// on `word` alone for at most 1 ms, so that the caller neither spins (a refused call
+/// returning at once would burn a CPU) nor misses a death or a bell for long.
 pub fn wait_watching(
     word: &AtomicU64,
     expected: u32,
     beacon: &AtomicU32,
     beacon_expected: u32,
+    bell: Option<&AtomicU32>,
     until_ns: Option<u64>,
 ) {
+    let beacon = (beacon.as_ptr().cast_const(), beacon_expected);
+    match bell {
+        Some(b) => wait_any(
+            word,
+            expected,
+            &[beacon, (b.as_ptr().cast_const(), 0)],
+            until_ns,
+        ),
+        None => wait_any(word, expected, &[beacon], until_ns),
+    }
+}
+
+/// Sleeps while the low half of `word` is `expected` and `bell` is 0: until a wake of either,
+/// `until_ns`, a signal or spuriously (see [`wait_watching`] for a refused `futex_waitv`). A
+/// bell is a process's own word that some thread sets non-zero, then wakes, to call a waiter
+/// back from a wait on a word it must not write (an abandoned asynchronous acquisition:
+/// `raw::acquire_async`); set before the sleep, it makes the sleep return at once.
+pub fn wait_ringing(word: &AtomicU64, expected: u32, bell: &AtomicU32, until_ns: Option<u64>) {
+    wait_any(word, expected, &[(bell.as_ptr().cast_const(), 0)], until_ns);
+}
+
+/// `futex_waitv` on the low half of `word` (expected `expected`) and each of `others`
+/// (address, expected value): see [`wait_watching`].
+fn wait_any(word: &AtomicU64, expected: u32, others: &[(*const u32, u32)], until_ns: Option<u64>) {
     #[repr(C)]
+    #[derive(Clone, Copy)]
     struct FutexWaitv {
         val: u64,
         uaddr: u64,
@@ -73,20 +99,17 @@ pub fn wait_watching(
     }
     /// `FUTEX2_SIZE_U32`, and no `FUTEX2_PRIVATE`: the words are shared across processes.
     const FUTEX2_SIZE_U32: u32 = 0x02;
-    let w = [
-        FutexWaitv {
-            val: u64::from(expected),
-            uaddr: futex_addr(word) as u64,
-            flags: FUTEX2_SIZE_U32,
-            reserved: 0,
-        },
-        FutexWaitv {
-            val: u64::from(beacon_expected),
-            uaddr: beacon.as_ptr() as u64,
-            flags: FUTEX2_SIZE_U32,
-            reserved: 0,
-        },
-    ];
+    let entry = |uaddr: *const u32, val: u32| FutexWaitv {
+        val: u64::from(val),
+        uaddr: uaddr as u64,
+        flags: FUTEX2_SIZE_U32,
+        reserved: 0,
+    };
+    let mut w = [entry(futex_addr(word), expected); 3];
+    let n = 1 + others.len().min(w.len() - 1);
+    for (e, &(uaddr, val)) in w[1..n].iter_mut().zip(others) {
+        *e = entry(uaddr, val);
+    }
     let ts = until_ns.map(|ns| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
@@ -94,15 +117,15 @@ pub fn wait_watching(
     let ts_ptr = ts
         .as_ref()
         .map_or(core::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: two valid entries for 4-byte aligned words that stay mapped during the call (the
-    // slot word in the lock file's mapping, the beacon in a segment never detached); the
-    // kernel only reads them. `ts_ptr` is null or points to `ts`, alive for the call; the
-    // timeout is absolute on CLOCK_MONOTONIC.
+    // SAFETY: `n` valid entries for 4-byte aligned words that stay mapped during the call (the
+    // slot word in the lock file's mapping, a beacon in a segment never detached, a bell its
+    // caller keeps alive); the kernel only reads them. `ts_ptr` is null or points to `ts`,
+    // alive for the call; the timeout is absolute on CLOCK_MONOTONIC.
     let r = unsafe {
         libc::syscall(
             libc::SYS_futex_waitv,
             w.as_ptr(),
-            2u32,
+            n as u32,
             0u32,
             ts_ptr,
             libc::CLOCK_MONOTONIC,

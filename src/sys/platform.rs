@@ -8,8 +8,8 @@ use crate::core::platform::Watched;
 use crate::core::state::Participant;
 use crate::core::{Liveness, Platform};
 use crate::names::table::owner_liveness;
-use crate::primitive::AtomicU64;
 use crate::primitive::Ordering::{Acquire, Relaxed};
+use crate::primitive::{AtomicU32, AtomicU64};
 
 /// The platform as seen from one process's open lock file.
 pub struct SysPlatform<'a> {
@@ -24,6 +24,9 @@ pub struct SysPlatform<'a> {
     pub participants: u32,
     /// The participant entries (for the beacon segments their processes recorded).
     pub entries: &'a [Participant],
+    /// A waiter's bell (see `futex::wait_ringing`): every sleep also ends once it is rung
+    /// (non-zero). `None` for a waiter nobody calls back that way.
+    pub bell: Option<&'a AtomicU32>,
 }
 
 /// The participants of a lock in a file of named locks: each entry names its owning process's
@@ -100,7 +103,10 @@ impl Platform for SysPlatform<'_> {
     }
 
     fn wait(&self, word: &AtomicU64, expected: u32, until: Option<u64>) {
-        futex::wait(word, expected, until);
+        match self.bell {
+            Some(bell) => futex::wait_ringing(word, expected, bell, until),
+            None => futex::wait(word, expected, until),
+        }
     }
 
     fn wake(&self, word: &AtomicU64) {
@@ -153,7 +159,7 @@ impl Platform for SysPlatform<'_> {
         }
         // Relaxed: the value futex_waitv compares; any change wakes us.
         let v = att.word().load(Relaxed);
-        futex::wait_watching(word, expected, att.word(), v, until);
+        futex::wait_watching(word, expected, att.word(), v, self.bell, until);
         if died() {
             Watched::Died
         } else {

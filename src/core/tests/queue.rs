@@ -109,7 +109,7 @@ fn taker_skipped_after_the_grace_queues_again() {
         &me(1),
         deadline,
         &tuning,
-        Some(stalled),
+        Some((stalled, 0)),
         Watch::default(),
     )
     .unwrap();
@@ -516,4 +516,41 @@ fn a_walk_does_not_carry_a_drained_queues_news_into_the_next_queue() {
         vec![("F", true), ("L", false)],
         "P2's death told to F and again to L (after F released normally)"
     );
+}
+
+/// A waiter told to stop (its watch's `abandon` says so: an asynchronous acquisition whose
+/// future was dropped) whose ticket was skipped meanwhile (published after the grace) gives up:
+/// it never takes another ticket, which the free lock would grant to nobody.
+#[test]
+fn a_stopped_waiter_whose_ticket_was_skipped_takes_no_other() {
+    let o = OwnedState::new(8, 4);
+    let st = o.view();
+    let p = ModelPlatform::new(0);
+    let tuning = Tuning::default();
+    let stalled = fast::take_queued(&st, &p);
+    let t1 = enqueue(&st, 2);
+    let mut watch = Watch::default();
+    recover(&st, &p, t1, &mut watch, &tuning);
+    p.advance(tuning.grace_ns);
+    recover(&st, &p, t1, &mut watch, &tuning);
+    assert_eq!(state_of(&st, stalled), Some(State::Skipped));
+    let w = word(&st, t1);
+    st.slot(t1)
+        .word
+        .compare_exchange(w.0, w.with_state(State::Held).0, Relaxed, Relaxed)
+        .unwrap();
+    release(&st, &p, &Grant::of(t1, false, false, false), 2).unwrap();
+    let stop = || true;
+    let r = lock_watched(
+        &st,
+        &p,
+        &me(1),
+        None,
+        &tuning,
+        Some((stalled, 0)),
+        Watch::default().abandoning(&stop),
+    );
+    assert!(matches!(r, Err(WaitError::Interrupted)), "{r:?}");
+    // The lock is free: nobody holds or waits.
+    assert!(!st.lock_word(Relaxed).held());
 }

@@ -68,7 +68,7 @@ pub(super) fn hold_in_slot(st: &LockState<'_>, p: &ModelPlatform, participant: u
         &me(participant),
         None,
         &Tuning::default(),
-        Some(t),
+        Some((t, 0)),
         Watch::default(),
     )
     .unwrap();
