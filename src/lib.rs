@@ -116,6 +116,8 @@ pub mod __internal {
 /// `Cargo.toml`).
 pub use bytemuck;
 pub use error::{Error, Result};
+#[cfg(not(fairlock_loom))]
+pub use raw::acquire_async::AcquireFuture;
 
 #[cfg(not(fairlock_loom))]
 pub use api::{
@@ -125,6 +127,7 @@ pub use api::{
     kind_options::{MutexOptions, RLockOptions, RwLockOptions, SemaphoreOptions},
     lock::{ArcLockGuard, FairLock},
     mutex::{ArcMutexGuard, FairMutex, MutexGuard},
+    mutex_async::{MutexFuture, OwnedMutexGuard},
     options::{DEFAULT_PARTICIPANTS, DEFAULT_SLOTS, Fairness, OpenOptions},
     process_guard::ProcessGuard,
     rlock::{ArcRLockGuard, FairRLock},

@@ -329,6 +329,19 @@ impl<'a> LockGuard<'a> {
         self.give_up_as_dead()
     }
 
+    /// Gives back a grant nobody used (an asynchronous acquisition dropped once its grant was
+    /// made): released, or — if it carries the news that a previous owner died — given up as
+    /// dead, so that the news reaches the next holder instead of being lost with this grant.
+    pub(crate) fn give_back_unused(self) {
+        let r = if self.owner_died() {
+            self.give_up_as_dead()
+        } else {
+            self.release()
+        };
+        std::mem::forget(self); // given back above; nothing else to drop
+        drop(r);
+    }
+
     /// Revokes our own grant: the next holder is told the owner died.
     fn give_up_as_dead(&self) -> Result<()> {
         let sh = self.shared;

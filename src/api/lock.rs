@@ -82,7 +82,10 @@ impl FairLock {
     process_surface! {
         what: "the lock",
         mode: Mode::Exclusive,
-        names: [lock_process, try_lock_process, lock_process_timeout, lock_process_interruptible],
+        names: [
+            lock_process, try_lock_process, lock_process_timeout, lock_process_interruptible,
+            lock_async, lock_async_timeout,
+        ],
     }
 }
 

@@ -6,6 +6,7 @@ pub mod kind_guard;
 pub mod kind_options;
 pub mod lock;
 pub mod mutex;
+pub mod mutex_async;
 pub mod options;
 pub mod process_guard;
 pub mod rlock;

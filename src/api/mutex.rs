@@ -165,6 +165,48 @@ impl<T: Pod> FairMutex<T> {
             lock_arc, try_lock_arc, lock_arc_timeout,
         ],
     }
+
+    /// Waits in line for the lock without blocking the calling thread, then gives access to
+    /// the value: a future (for any async runtime) that resolves to an [`OwnedMutexGuard`],
+    /// which is `Send`, so the task may move between threads while it holds it. As
+    /// [`FairLock::lock_async`](crate::FairLock::lock_async): the place in line is taken at
+    /// the first poll, and dropping the future gives it up at once.
+    ///
+    /// # Errors
+    /// (From the future.) As [`lock`](Self::lock); [`Error::Io`] if no waiter thread could be
+    /// started.
+    pub fn lock_async(&self) -> crate::MutexFuture<T> {
+        crate::MutexFuture::new(self.raw.acquire_async(Mode::Exclusive, None))
+    }
+
+    /// Like [`lock_async`](Self::lock_async), giving the place up after `timeout`.
+    ///
+    /// # Errors
+    /// (From the future.) [`Error::Timeout`] after `timeout`; as
+    /// [`lock_async`](Self::lock_async) otherwise.
+    pub fn lock_async_timeout(&self, timeout: std::time::Duration) -> crate::MutexFuture<T> {
+        let deadline = crate::raw::acquire::deadline_after(timeout);
+        crate::MutexFuture::new(self.raw.acquire_async(Mode::Exclusive, Some(deadline)))
+    }
+}
+
+/// Whether the file a view maps holds `T` (its data area's size and alignment), checked on
+/// every grant: after a fork the path may name another file.
+pub(crate) fn holds<T: Pod>(sh: &crate::process::view::Shared) -> Result<()> {
+    let found = sh.geometry().data;
+    if found.size != std::mem::size_of::<T>() as u64
+        || found.align != std::mem::align_of::<T>() as u32
+    {
+        // After a fork the child reopened the path and found another file there (or, in
+        // any process, a view shared by device and inode whose file was re-initialised by
+        // a plain opener after its creator died initialising it).
+        return Err(Error::DataMismatch {
+            path: sh.path.clone(),
+            wanted: std::any::type_name::<T>(),
+            what: "the lock file this handle now uses does not hold this data".into(),
+        });
+    }
+    Ok(())
 }
 
 /// Proof of holding a [`FairMutex<T>`]: dereferences to the value in the file
@@ -192,21 +234,11 @@ impl<'a, T: Pod> MutexGuard<'a, T> {
     #[inline]
     fn new(guard: LockGuard<'a>) -> Result<MutexGuard<'a, T>> {
         let sh = guard.shared();
-        let found = sh.geometry().data;
         // The layout (what memory safety needs; the schema was checked when the file was
         // opened, and is again whenever the path is reopened after a fork).
-        if found.size != std::mem::size_of::<T>() as u64
-            || found.align != std::mem::align_of::<T>() as u32
-        {
-            // After a fork the child reopened the path and found another file there (or, in
-            // any process, a view shared by device and inode whose file was re-initialised by
-            // a plain opener after its creator died initialising it).
+        if let Err(e) = holds::<T>(sh) {
             drop(guard);
-            return Err(Error::DataMismatch {
-                path: sh.path.clone(),
-                wanted: std::any::type_name::<T>(),
-                what: "the lock file this handle now uses does not hold this data".into(),
-            });
+            return Err(e);
         }
         let data = match sh.data() {
             Some(p) => p.cast::<T>(),

@@ -62,9 +62,17 @@ unsafe impl Sync for ProcessGuard {}
 impl ProcessGuard {
     /// The process grant `guard`, taken through `raw` by `acquire_for_process`.
     pub(crate) fn new(raw: &RawLock, guard: LockGuard<'_>) -> ProcessGuard {
-        let view = raw.view_arc(guard.shared());
-        // SAFETY: `guard` borrows only the `Shared` that `view` owns a reference to (its view
-        // of the file); the `Shared` lives in the `Arc`'s allocation at a stable address for
+        ProcessGuard::of_view(raw.view_arc(guard.shared()), guard)
+    }
+
+    /// The process grant `guard`, made in `view` (the view it borrows).
+    pub(crate) fn of_view(view: Arc<Shared>, guard: LockGuard<'_>) -> ProcessGuard {
+        assert!(
+            std::ptr::eq(guard.shared(), Arc::as_ptr(&view)),
+            "a process grant keeps the view it was made in"
+        );
+        // SAFETY: `guard` borrows only the `Shared` that `view` owns a reference to (checked
+        // above); the `Shared` lives in the `Arc`'s allocation at a stable address for
         // as long as `view` does, and `view` is dropped after the guard (field order) or, in
         // `unlock`, after the guard is consumed. `'static` is never observable: the guard is
         // only reached through `&self` methods that return plain values, or consumed by
@@ -79,6 +87,11 @@ impl ProcessGuard {
     /// The result of a process acquire through `raw`.
     pub(crate) fn from_raw(raw: &RawLock, r: Result<LockGuard<'_>>) -> Result<ProcessGuard> {
         r.map(|g| ProcessGuard::new(raw, g))
+    }
+
+    /// The view of the lock file this grant was made in.
+    pub(crate) fn view(&self) -> &Arc<Shared> {
+        &self.view
     }
 
     /// The fencing token of this grant (see [`LockGuard::token`]).
@@ -133,6 +146,14 @@ impl ProcessGuard {
             .as_fd()
             .try_clone_to_owned()
             .map_err(|e| crate::Error::io(&self.view.path, "duplicate the beacon descriptor", e))
+    }
+
+    /// Gives back a grant nobody used, passing on the news of a dead owner it carries (see
+    /// `LockGuard::give_back_unused`).
+    pub(crate) fn give_back_unused(self) {
+        let ProcessGuard { guard, view } = self;
+        guard.give_back_unused();
+        drop(view);
     }
 
     /// Releases the grant and reports whether it was still ours.

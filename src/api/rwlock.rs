@@ -106,7 +106,10 @@ impl FairRwLock {
     process_surface! {
         what: "a read (shared) grant",
         mode: Mode::Shared,
-        names: [read_process, try_read_process, read_process_timeout, read_process_interruptible],
+        names: [
+            read_process, try_read_process, read_process_timeout, read_process_interruptible,
+            read_async, read_async_timeout,
+        ],
     }
 
     process_surface! {
@@ -114,6 +117,7 @@ impl FairRwLock {
         mode: Mode::Whole,
         names: [
             write_process, try_write_process, write_process_timeout, write_process_interruptible,
+            write_async, write_async_timeout,
         ],
     }
 }

@@ -95,7 +95,7 @@ impl FairSemaphore {
         mode: Mode::Shared,
         names: [
             acquire_process, try_acquire_process, acquire_process_timeout,
-            acquire_process_interruptible,
+            acquire_process_interruptible, acquire_async, acquire_async_timeout,
         ],
     }
 }

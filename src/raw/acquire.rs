@@ -390,7 +390,7 @@ fn broken(sh: &Shared) -> Error {
 /// The outcome of an acquisition in the core, as the handle reports it. A grant made while a
 /// truncation broke the mapping (`sys::sigbus`) was made in private zero pages, not in the
 /// file: it is no grant (and there is nothing to give back), so the acquisition fails.
-fn settle<T>(sh: &Shared, r: std::result::Result<T, WaitError>) -> Result<T> {
+pub(crate) fn settle<T>(sh: &Shared, r: std::result::Result<T, WaitError>) -> Result<T> {
     if sh.is_broken() {
         return Err(crate::raw::handle::truncated(&sh.path));
     }

@@ -135,17 +135,50 @@ macro_rules! acquire_surface {
 }
 pub(crate) use acquire_surface;
 
-/// Generates the four acquire methods of one way of holding a handle for the **process**
+/// Generates the six acquire methods of one way of holding a handle for the **process**
 /// (a [`ProcessGuard`](crate::ProcessGuard): `Send`, released by any thread, kept when its
-/// thread exits): wait, try, timeout, and interruptible with a deadline.
+/// thread exits): wait, try, timeout, interruptible with a deadline, and the asynchronous
+/// wait and timeout.
 macro_rules! process_surface {
     (
         what: $what:literal,
         mode: $mode:expr,
         names: [
-            $lock:ident, $try_lock:ident, $lock_timeout:ident, $lock_interruptible:ident $(,)?
+            $lock:ident, $try_lock:ident, $lock_timeout:ident, $lock_interruptible:ident,
+            $lock_async:ident, $lock_async_timeout:ident $(,)?
         ] $(,)?
     ) => {
+        #[doc = concat!("Waits in line for ", $what, " without blocking the calling thread: a future (for")]
+        /// any async runtime) that resolves to a [`ProcessGuard`](crate::ProcessGuard), which
+        /// is `Send`, so the task may move between threads while it holds it.
+        ///
+        /// Its place in line is taken at its first poll (tasks are served in the order they
+        /// first polled, with threads and other processes, first come first served); a waiter
+        /// thread of the library's own waits for the grant and wakes the task. Dropping the
+        /// future before it resolves gives its place up at once (a grant made meanwhile is
+        /// given back), so `tokio::time::timeout` and `select!` are safe. The future owns what
+        /// it needs: it may outlive the handle. Leases, tokens and
+        /// [`owner_died`](crate::ProcessGuard::owner_died) are as for the blocking form (see
+        /// [`AcquireFuture`](crate::AcquireFuture) for an example).
+        ///
+        /// # Errors
+        /// (From the future.) [`Error::Corrupt`](crate::Error::Corrupt) if the shared state
+        /// is damaged; [`Error::Io`](crate::Error::Io) if no waiter thread could be started.
+        pub fn $lock_async(&self) -> $crate::AcquireFuture {
+            self.raw.acquire_async($mode, None)
+        }
+
+        #[doc = concat!("Like [`", stringify!($lock_async), "`](Self::", stringify!($lock_async), "), giving the place up after `timeout` (the")]
+        /// deadline is counted from this call; a grant that races it wins).
+        ///
+        /// # Errors
+        /// (From the future.) [`Error::Timeout`](crate::Error::Timeout) after `timeout`; as
+        #[doc = concat!("[`", stringify!($lock_async), "`](Self::", stringify!($lock_async), ") otherwise.")]
+        pub fn $lock_async_timeout(&self, timeout: std::time::Duration) -> $crate::AcquireFuture {
+            self.raw
+                .acquire_async($mode, Some($crate::raw::acquire::deadline_after(timeout)))
+        }
+
         #[doc = concat!("Waits in line for ", $what, " for this process rather than the calling thread:")]
         /// the [`ProcessGuard`](crate::ProcessGuard) is `Send`, any thread may release it, and
         /// its thread's exit leaves it held. A thread that holds the lock already is not
