@@ -2,7 +2,7 @@
 
 import os
 from types import TracebackType
-from typing import Any, Callable, List, Optional, Tuple, Type, TypedDict, Union, final
+from typing import Any, Awaitable, Callable, List, Optional, Tuple, Type, TypedDict, Union, final
 
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -52,6 +52,16 @@ class Lock:
     def lease(self) -> Optional[float]: ...
     def __enter__(self) -> bool: ...
     def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
+    def acquire_async(self, timeout: Optional[float] = None) -> "Awaitable[bool]":
+        """Waits in line without blocking the event loop (asyncio); True once acquired,
+        False after ``timeout`` seconds. Cancelling the awaiting task gives the place up."""
+    async def __aenter__(self) -> bool: ...
+    async def __aexit__(
         self,
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
@@ -117,6 +127,16 @@ class RWLockSide:
         """``"read"`` or ``"write"``."""
     def __enter__(self) -> bool: ...
     def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
+    def acquire_async(self, timeout: Optional[float] = None) -> "Awaitable[bool]":
+        """Waits in line without blocking the event loop (asyncio); True once acquired,
+        False after ``timeout`` seconds. Cancelling the awaiting task gives the place up."""
+    async def __aenter__(self) -> bool: ...
+    async def __aexit__(
         self,
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],

@@ -132,6 +132,20 @@ impl Handle {
         }
     }
 
+    /// A process grant, waited for without blocking (see `async_acquire.rs`), for at most
+    /// `timeout` if given.
+    pub(crate) fn process_async(&self, timeout: Option<Duration>) -> fairlock::AcquireFuture {
+        match (&self.kind, timeout) {
+            (Kind::Lock(l), None) => l.lock_async(),
+            (Kind::Lock(l), Some(d)) => l.lock_async_timeout(d),
+            (Kind::Read(l), None) => l.read_async(),
+            (Kind::Read(l), Some(d)) => l.read_async_timeout(d),
+            (Kind::Write(l), None) => l.write_async(),
+            (Kind::Write(l), Some(d)) => l.write_async_timeout(d),
+            (Kind::RLock(_), _) => unreachable!("an RLock's grants are its threads'"),
+        }
+    }
+
     /// A process grant, waiting in line until granted, `deadline`, or `stop()`.
     ///
     /// # Errors

@@ -13,6 +13,7 @@
 //! Built by maturin from `python/pyproject.toml`; tested by `python/tests` (`ci/python.sh`).
 
 mod acquire;
+mod async_acquire;
 mod errors;
 mod grants;
 mod handle;

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::acquire::{Blocking, Timeout, Wait};
+use crate::async_acquire as asynchronous;
 use crate::grants::Grants;
 use crate::handle::Handle;
 use crate::lock_object::{self as object, LockPath};
@@ -41,14 +42,14 @@ use crate::process_object as process;
 #[pyclass(frozen, weakref, module = "fairlock", name = "Lock")]
 pub(crate) struct Lock {
     handle: Arc<Handle>,
-    grants: Grants,
+    grants: Arc<Grants>,
 }
 
 impl Lock {
     pub(crate) fn from_handle(handle: Arc<Handle>) -> Lock {
         Lock {
             handle,
-            grants: Grants::default(),
+            grants: Arc::default(),
         }
     }
 }
@@ -136,6 +137,35 @@ impl Lock {
     #[getter]
     fn lease(&self) -> Option<f64> {
         self.handle.lease().map(|d| d.as_secs_f64())
+    }
+
+    /// Waits in line for the lock without blocking the event loop (asyncio): ``await
+    /// lock.acquire_async()`` returns True once the lock is this process's, as ``acquire()``
+    /// would; ``timeout`` (seconds) gives the place up and returns False when the time is out.
+    /// The waiting is done by a thread of the library's own; the place in line is taken at the
+    /// call. Cancelling the awaiting task (``asyncio.wait_for``'s timeout included) gives the
+    /// place up at once. ``async with lock:`` does the same.
+    #[pyo3(signature = (timeout = None))]
+    fn acquire_async<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        asynchronous::acquire(py, &self.handle, &self.grants, timeout)
+    }
+
+    fn __aenter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        asynchronous::acquire(py, &self.handle, &self.grants, None)
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc: &Bound<'_, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        process::release(py, &self.handle, &self.grants)?;
+        asynchronous::done(py)
     }
 
     fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {

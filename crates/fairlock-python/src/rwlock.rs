@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::acquire::{Blocking, Timeout, Wait};
+use crate::async_acquire as asynchronous;
 use crate::grants::Grants;
 use crate::handle::Handle;
 use crate::lock_object::{self as object, LockPath};
@@ -48,14 +49,14 @@ impl RWLock {
                 py,
                 RWLockSide {
                     handle: Arc::new(read),
-                    grants: Grants::default(),
+                    grants: Arc::default(),
                 },
             )?,
             write: Py::new(
                 py,
                 RWLockSide {
                     handle: Arc::new(write),
-                    grants: Grants::default(),
+                    grants: Arc::default(),
                 },
             )?,
         })
@@ -119,7 +120,7 @@ impl RWLock {
 #[pyclass(frozen, weakref, module = "fairlock", name = "RWLockSide")]
 pub(crate) struct RWLockSide {
     handle: Arc<Handle>,
-    grants: Grants,
+    grants: Arc<Grants>,
 }
 
 #[pymethods]
@@ -186,6 +187,35 @@ impl RWLockSide {
         } else {
             "read"
         }
+    }
+
+    /// Waits in line for the lock without blocking the event loop (asyncio): ``await
+    /// lock.acquire_async()`` returns True once the lock is this process's, as ``acquire()``
+    /// would; ``timeout`` (seconds) gives the place up and returns False when the time is out.
+    /// The waiting is done by a thread of the library's own; the place in line is taken at the
+    /// call. Cancelling the awaiting task (``asyncio.wait_for``'s timeout included) gives the
+    /// place up at once. ``async with lock:`` does the same.
+    #[pyo3(signature = (timeout = None))]
+    fn acquire_async<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        asynchronous::acquire(py, &self.handle, &self.grants, timeout)
+    }
+
+    fn __aenter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        asynchronous::acquire(py, &self.handle, &self.grants, None)
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc: &Bound<'_, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        process::release(py, &self.handle, &self.grants)?;
+        asynchronous::done(py)
     }
 
     fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {

@@ -1,0 +1,167 @@
+//! `acquire_async()` (and `async with`) for asyncio, on the library's asynchronous acquisition
+//! (`fairlock::AcquireFuture`): the wait runs on the library's waiter thread, never on the
+//! event loop, and the grant is the process's, kept in the lock object as `acquire()`'s is.
+//!
+//! How the two meet: `acquire_async()` makes an asyncio future on the running loop and an
+//! [`Acquiring`] that owns the library's future. The library future is polled on the loop's
+//! thread: once at the start (which takes the place in line, or the lock if it is free), and
+//! again each time its waker fires — the waker (called on the waiter thread) asks the loop,
+//! through `call_soon_threadsafe`, to poll it. Cancelling the asyncio future (a cancelled task,
+//! `asyncio.wait_for`'s timeout) drops the library future, which gives the place up at once.
+
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use fairlock::AcquireFuture;
+use pyo3::prelude::*;
+
+use crate::errors;
+use crate::grants::Grants;
+use crate::handle::Handle;
+use crate::lock_object::duration;
+
+/// One asynchronous acquisition in progress: the library's future (until it resolved or was
+/// cancelled), the asyncio future that reports it, and where a grant goes.
+#[pyclass(frozen, module = "fairlock", name = "_Acquiring")]
+pub(crate) struct Acquiring {
+    acquire: Mutex<Option<AcquireFuture>>,
+    future: Py<PyAny>,
+    event_loop: Py<PyAny>,
+    grants: Arc<Grants>,
+}
+
+/// The waker of an [`Acquiring`]: schedules its poll on the event loop.
+struct LoopWaker(Py<Acquiring>);
+
+impl Wake for LoopWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        Python::attach(|py| {
+            let me = self.0.bind(py);
+            let scheduled = me.getattr("_poll").and_then(|poll| {
+                me.get()
+                    .event_loop
+                    .call_method1(py, "call_soon_threadsafe", (poll,))
+            });
+            // A loop already closed has nobody left to tell: the acquisition is dropped with
+            // the loop's objects, which gives its place (or grant) back.
+            drop(scheduled);
+        });
+    }
+}
+
+#[pymethods]
+impl Acquiring {
+    /// Polls the library's future (on the loop's thread) and reports its outcome.
+    fn _poll(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let me = slf.get();
+        let future = me.future.bind(py);
+        let mut acquire = me.acquire.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(f) = acquire.as_mut() else {
+            return Ok(()); // resolved or cancelled already
+        };
+        if future.call_method0("done")?.extract::<bool>()? {
+            // Cancelled: give the place up (the drop waits for the waiter thread, which never
+            // needs the GIL for it).
+            let f = acquire.take();
+            drop(acquire);
+            py.detach(|| drop(f));
+            return Ok(());
+        }
+        let waker = Waker::from(Arc::new(LoopWaker(slf.clone().unbind())));
+        let polled = std::pin::Pin::new(f).poll(&mut Context::from_waker(&waker));
+        let Poll::Ready(r) = polled else {
+            return Ok(());
+        };
+        *acquire = None;
+        drop(acquire);
+        match r {
+            Ok(grant) => {
+                me.grants.push(grant);
+                future.call_method1("set_result", (true,))?;
+            }
+            Err(fairlock::Error::Timeout { .. }) => {
+                future.call_method1("set_result", (false,))?;
+            }
+            Err(e) => {
+                future.call_method1("set_exception", (errors::to_py(py, e),))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The asyncio future's done callback: a cancelled one gives the place up at once.
+    fn _done(slf: &Bound<'_, Self>, _future: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let f = slf
+            .get()
+            .acquire
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        py.detach(|| drop(f));
+        Ok(())
+    }
+}
+
+/// `acquire_async(timeout)` of a lock object whose grants are its process's: the asyncio
+/// future that resolves to True once the grant is in `grants`, False at the timeout.
+///
+/// # Errors
+/// `ValueError` for a timeout that is not a positive number of seconds; `RuntimeError`
+/// without a running event loop.
+pub(crate) fn acquire<'py>(
+    py: Python<'py>,
+    handle: &Handle,
+    grants: &Arc<Grants>,
+    timeout: Option<f64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let timeout = timeout
+        .map(|t| duration("acquire_async: timeout", t))
+        .transpose()?;
+    start(py, handle.process_async(timeout), grants)
+}
+
+/// Starts the asynchronous acquisition `acquire` on the running event loop; returns the
+/// asyncio future that resolves to True once the grant is in `grants`, to False at a timeout
+/// (or raises what the library reports).
+///
+/// # Errors
+/// `RuntimeError` without a running event loop.
+fn start<'py>(
+    py: Python<'py>,
+    acquire: AcquireFuture,
+    grants: &Arc<Grants>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let future = event_loop.call_method0("create_future")?;
+    let acquiring = Bound::new(
+        py,
+        Acquiring {
+            acquire: Mutex::new(Some(acquire)),
+            future: future.clone().unbind(),
+            event_loop: event_loop.unbind(),
+            grants: Arc::clone(grants),
+        },
+    )?;
+    future.call_method1("add_done_callback", (acquiring.getattr("_done")?,))?;
+    Acquiring::_poll(&acquiring)?;
+    Ok(future)
+}
+
+/// An already completed asyncio future (for `__aexit__`).
+///
+/// # Errors
+/// `RuntimeError` without a running event loop.
+pub(crate) fn done<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    let future = py
+        .import("asyncio")?
+        .call_method0("get_running_loop")?
+        .call_method0("create_future")?;
+    future.call_method1("set_result", (py.None(),))?;
+    Ok(future)
+}

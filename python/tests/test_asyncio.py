@@ -1,0 +1,164 @@
+"""asyncio: ``await lock.acquire_async()`` and ``async with lock:`` (``fairlock.Lock`` and the
+sides of a ``fairlock.RWLock``), waiting without blocking the event loop, in arrival order,
+and giving the place up at once when the awaiting task is cancelled."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import fairlock
+from conftest import waiters
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_async_with_holds_and_releases(lock_path):
+    lock = fairlock.Lock(lock_path)
+
+    async def main():
+        async with lock:
+            assert lock.locked()
+            assert lock.token > 0
+            await asyncio.sleep(0)
+        assert not lock.locked()
+        assert await lock.acquire_async() is True
+        lock.release()
+
+    run(main())
+
+
+def test_the_event_loop_runs_while_a_task_waits(lock_path):
+    lock = fairlock.Lock(lock_path)
+    other = fairlock.Lock(lock_path)
+    assert other.acquire()
+    ticks = []
+
+    async def ticker():
+        for _ in range(20):
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.005)
+
+    async def main():
+        waiting = asyncio.ensure_future(lock.acquire_async())
+        # Released by another thread while the loop keeps ticking.
+        threading.Timer(0.1, other.release).start()
+        await ticker()
+        assert await waiting is True
+        lock.release()
+
+    run(main())
+    assert len(ticks) == 20, "the loop was blocked while a task waited"
+
+
+def test_tasks_are_served_in_the_order_they_asked(lock_path):
+    holder = fairlock.Lock(lock_path)
+    assert holder.acquire()
+    lock = fairlock.Lock(lock_path)
+    order = []
+
+    async def task(i):
+        async with lock:
+            order.append((i, lock.token))
+            await asyncio.sleep(0.001)
+
+    async def main():
+        tasks = []
+        for i in range(8):
+            tasks.append(asyncio.ensure_future(task(i)))
+            await asyncio.sleep(0)  # the task starts, and takes its place in line
+        assert waiters(lock_path) >= 1
+        holder.release()
+        await asyncio.gather(*tasks)
+
+    run(main())
+    assert [i for i, _ in order] == list(range(8))
+    tokens = [t for _, t in order]
+    assert tokens == sorted(tokens)
+
+
+def test_a_cancelled_wait_gives_its_place_up_at_once(lock_path):
+    holder = fairlock.Lock(lock_path)
+    assert holder.acquire()
+    lock = fairlock.Lock(lock_path)
+
+    async def main():
+        for _ in range(50):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(lock.acquire_async(), 0.001)
+        task = asyncio.ensure_future(lock.acquire_async())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main())
+    assert waiters(lock_path) == 0, "a cancelled wait left its ticket in line"
+    assert not lock.locked() or holder.locked()
+    holder.release()
+    # Idle: a non-blocking acquire succeeds at once.
+    assert lock.acquire(blocking=False)
+    lock.release()
+
+
+def test_a_timeout_returns_false(lock_path):
+    holder = fairlock.Lock(lock_path)
+    assert holder.acquire()
+    lock = fairlock.Lock(lock_path)
+
+    async def main():
+        t0 = time.monotonic()
+        assert await lock.acquire_async(timeout=0.05) is False
+        assert time.monotonic() - t0 >= 0.05
+
+    run(main())
+    holder.release()
+
+    async def negative():
+        with pytest.raises(ValueError):
+            await lock.acquire_async(timeout=-1)
+
+    run(negative())
+
+
+def test_a_killed_holder_process_hands_the_lock_to_an_async_waiter(lock_path, peers):
+    peer = peers(lock_path)
+    assert peer.call("acquire").startswith("acquired"), "the peer holds"
+    lock = fairlock.Lock(lock_path)
+
+    async def main():
+        waiting = asyncio.ensure_future(lock.acquire_async())
+        await asyncio.sleep(0.05)
+        peer.kill()
+        assert await asyncio.wait_for(waiting, 10) is True
+        assert lock.owner_died
+        lock.release()
+
+    run(main())
+
+
+def test_rwlock_sides_wait_asynchronously(lock_path):
+    rw = fairlock.RWLock(lock_path)
+    other = fairlock.RWLock(lock_path)
+
+    async def main():
+        async with rw.read():
+            # Another reader shares; a writer waits.
+            assert await other.read().acquire_async() is True
+            writing = asyncio.ensure_future(other.write().acquire_async())
+            await asyncio.sleep(0.02)
+            assert not writing.done()
+            other.read().release()
+        assert await asyncio.wait_for(writing, 5) is True
+        other.write().release()
+
+    run(main())
+
+
+def test_acquire_async_needs_a_running_loop(lock_path):
+    lock = fairlock.Lock(lock_path)
+    with pytest.raises(RuntimeError):
+        lock.acquire_async()
