@@ -3,6 +3,7 @@ sides of a ``fairlock.RWLock``), waiting without blocking the event loop, in arr
 and giving the place up at once when the awaiting task is cancelled."""
 
 import asyncio
+import gc
 import threading
 import time
 
@@ -162,3 +163,52 @@ def test_acquire_async_needs_a_running_loop(lock_path):
     lock = fairlock.Lock(lock_path)
     with pytest.raises(RuntimeError):
         lock.acquire_async()
+
+
+def test_a_task_cancelled_after_its_grant_arrived_gives_it_back(lock_path):
+    """What ``async with asyncio.timeout(t): async with lock:`` (or 3.12's ``wait_for``) does
+    when the timeout fires in the loop iteration that delivers the grant: the task is
+    cancelled once the result is set, and the grant must not stay with nobody."""
+    holder = fairlock.Lock(lock_path)
+    assert holder.acquire()
+    lock = fairlock.Lock(lock_path)
+
+    async def take():
+        async with lock:
+            pytest.fail("the body never runs: the task is cancelled")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(take())
+        await asyncio.sleep(0.02)  # the task waits in line
+        holder.release()  # the waiter thread is granted and schedules the poll
+        time.sleep(0.2)  # (blocking the loop) the poll is now in the loop's ready queue
+        loop.call_soon(task.cancel)  # after the poll sets the result, before the task resumes
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main())
+    assert not lock.locked(), "a cancelled `async with lock:` left the lock held"
+
+
+def test_a_loop_closed_while_a_task_waits_gives_the_grant_back(lock_path):
+    holder = fairlock.Lock(lock_path)
+    assert holder.acquire()
+    lock = fairlock.Lock(lock_path)
+    loop = asyncio.new_event_loop()
+
+    async def start():
+        asyncio.ensure_future(lock.acquire_async())
+        await asyncio.sleep(0.02)  # waiting in line
+
+    loop.run_until_complete(start())
+    loop.close()  # the waiting task is abandoned, not cancelled
+    del loop
+    gc.collect()
+    holder.release()  # the grant goes to the abandoned acquisition, which gives it back
+    deadline = time.monotonic() + 5
+    while not holder.acquire(blocking=False):
+        assert time.monotonic() < deadline, "the lock stays held by an acquisition nobody sees"
+        gc.collect()
+        time.sleep(0.01)
+    holder.release()

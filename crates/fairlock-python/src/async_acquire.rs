@@ -8,12 +8,21 @@
 //! again each time its waker fires — the waker (called on the waiter thread) asks the loop,
 //! through `call_soon_threadsafe`, to poll it. Cancelling the asyncio future (a cancelled task,
 //! `asyncio.wait_for`'s timeout) drops the library future, which gives the place up at once.
+//!
+//! What the caller awaits is a coroutine around the asyncio future (`fairlock._asyncio`), which
+//! gives the grant back if the awaiting task is cancelled after the grant arrived but before it
+//! resumed (as `asyncio.Lock` does): the future's result is set by then, so cancelling the
+//! task cannot cancel it. The asyncio future is held weakly here (the awaiting coroutine holds
+//! it): an acquisition nobody awaits any more, or whose loop was closed, gives its place or its
+//! grant back when the waiter thread next calls (a loop that cannot schedule the poll makes the
+//! waker drop the library future itself).
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 use fairlock::AcquireFuture;
 use pyo3::prelude::*;
+use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
 
 use crate::errors;
 use crate::grants::Grants;
@@ -25,7 +34,7 @@ use crate::lock_object::duration;
 #[pyclass(frozen, module = "fairlock", name = "_Acquiring")]
 pub(crate) struct Acquiring {
     acquire: Mutex<Option<AcquireFuture>>,
-    future: Py<PyAny>,
+    future: Py<PyWeakrefReference>,
     event_loop: Py<PyAny>,
     grants: Arc<Grants>,
 }
@@ -46,9 +55,17 @@ impl Wake for LoopWaker {
                     .event_loop
                     .call_method1(py, "call_soon_threadsafe", (poll,))
             });
-            // A loop already closed has nobody left to tell: the acquisition is dropped with
-            // the loop's objects, which gives its place (or grant) back.
-            drop(scheduled);
+            if scheduled.is_err() {
+                // The loop is closed: nobody will poll. The library future is dropped here,
+                // which gives its grant (decided before this wake) back.
+                let f = me
+                    .get()
+                    .acquire
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                py.detach(|| drop(f));
+            }
         });
     }
 }
@@ -59,19 +76,23 @@ impl Acquiring {
     fn _poll(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let me = slf.get();
-        let future = me.future.bind(py);
+        let future = me.future.bind(py).upgrade();
         let mut acquire = me.acquire.lock().unwrap_or_else(|e| e.into_inner());
         let Some(f) = acquire.as_mut() else {
             return Ok(()); // resolved or cancelled already
         };
-        if future.call_method0("done")?.extract::<bool>()? {
-            // Cancelled: give the place up (the drop waits for the waiter thread, which never
-            // needs the GIL for it).
+        let wanted = match &future {
+            Some(future) => !future.call_method0("done")?.extract::<bool>()?,
+            None => false, // nobody awaits it any more
+        };
+        let Some(future) = future.filter(|_| wanted) else {
+            // Cancelled, or forgotten: give the place up (the drop waits for the waiter
+            // thread, which never needs the GIL for it).
             let f = acquire.take();
             drop(acquire);
             py.detach(|| drop(f));
             return Ok(());
-        }
+        };
         let waker = Waker::from(Arc::new(LoopWaker(slf.clone().unbind())));
         let polled = std::pin::Pin::new(f).poll(&mut Context::from_waker(&waker));
         let Poll::Ready(r) = polled else {
@@ -108,8 +129,9 @@ impl Acquiring {
     }
 }
 
-/// `acquire_async(timeout)` of a lock object whose grants are its process's: the asyncio
-/// future that resolves to True once the grant is in `grants`, False at the timeout.
+/// `acquire_async(timeout)` of a lock object whose grants are its process's (`release`: its
+/// `release` method): the coroutine that returns True once the grant is in `grants`, False at
+/// the timeout, and gives the grant back if its task is cancelled once it arrived.
 ///
 /// # Errors
 /// `ValueError` for a timeout that is not a positive number of seconds; `RuntimeError`
@@ -118,12 +140,16 @@ pub(crate) fn acquire<'py>(
     py: Python<'py>,
     handle: &Handle,
     grants: &Arc<Grants>,
+    release: Bound<'py, PyAny>,
     timeout: Option<f64>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let timeout = timeout
         .map(|t| duration("acquire_async: timeout", t))
         .transpose()?;
-    start(py, handle.process_async(timeout), grants)
+    let future = start(py, handle.process_async(timeout), grants)?;
+    py.import("fairlock._asyncio")?
+        .getattr("acquired")?
+        .call1((future, release))
 }
 
 /// Starts the asynchronous acquisition `acquire` on the running event loop; returns the
@@ -143,7 +169,7 @@ fn start<'py>(
         py,
         Acquiring {
             acquire: Mutex::new(Some(acquire)),
-            future: future.clone().unbind(),
+            future: PyWeakrefReference::new(&future)?.unbind(),
             event_loop: event_loop.unbind(),
             grants: Arc::clone(grants),
         },

@@ -147,15 +147,18 @@ impl Lock {
     /// place up at once. ``async with lock:`` does the same.
     #[pyo3(signature = (timeout = None))]
     fn acquire_async<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        asynchronous::acquire(py, &self.handle, &self.grants, timeout)
+        let me = slf.get();
+        let release = slf.getattr("release")?;
+        asynchronous::acquire(slf.py(), &me.handle, &me.grants, release, timeout)
     }
 
-    fn __aenter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        asynchronous::acquire(py, &self.handle, &self.grants, None)
+    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let me = slf.get();
+        let release = slf.getattr("release")?;
+        asynchronous::acquire(slf.py(), &me.handle, &me.grants, release, None)
     }
 
     #[pyo3(signature = (*_exc))]
