@@ -167,7 +167,7 @@ impl<T: Pod> FairMutex<T> {
     }
 
     /// Waits in line for the lock without blocking the calling thread, then gives access to
-    /// the value: a future (for any async runtime) that resolves to an [`OwnedMutexGuard`],
+    /// the value: a future (for any async runtime) that resolves to an [`OwnedMutexGuard`](crate::OwnedMutexGuard),
     /// which is `Send`, so the task may move between threads while it holds it. As
     /// [`FairLock::lock_async`](crate::FairLock::lock_async): the place in line is taken at
     /// the first poll, and dropping the future gives it up at once.
