@@ -80,15 +80,26 @@ pub fn validate(name: &str) -> Result<()> {
 }
 
 /// The grant record `fairlock/NAME/held`: written by each client as it is granted the lock
-/// (in the transaction that checks its queue key still exists) and by each holder as it
-/// releases it (in the transaction that deletes its key). A holder whose lease expired
-/// never writes `released`, which is how the next holder learns that its predecessor died.
+/// (in the transaction that checks its queue key still exists, or in its join when that
+/// finds the queue empty) and by each holder as it releases it (in the transaction that
+/// deletes its key). A holder whose lease expired never writes `released`, which is how the
+/// next holder learns that its predecessor died.
+///
+/// Its forms:
+/// - `held TOKEN clean|died`: granted to the entry of create revision TOKEN; whether the
+///   holder before it had released (kept so that a retried grant finds its first verdict).
+/// - `held @ENTRY clean|died`: the same, written by the join of queue entry `q/ENTRY`, which
+///   found the queue empty: its token (the entry's create revision, the join's own
+///   revision) is not known when the join is sent; it is the record's own mod revision. The
+///   entry's name makes the record unique to that acquisition.
+/// - `released TOKEN`: the holder of TOKEN released it (or an acquisition granted as TOKEN
+///   that gave up before its caller got the guard took its clean record back: an acquisition
+///   that never learnt its token reads it from its `held @ENTRY clean` record first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Held {
-    /// `held TOKEN clean|died`: granted to the entry of create revision TOKEN; whether the
-    /// holder before it had released (kept so that a retried grant finds its first verdict).
+    /// `held TOKEN|@ENTRY clean|died`.
     Held { token: i64, owner_died: bool },
-    /// `released TOKEN`: the holder of TOKEN released it.
+    /// `released TOKEN`.
     Released { token: i64 },
 }
 
@@ -102,28 +113,44 @@ impl Held {
         }
     }
 
-    pub fn decode(name: &str, v: &[u8]) -> Result<Held> {
+    /// `held @ENTRY clean|died`, the record the join of queue entry `key` writes (see
+    /// [`Held`]).
+    pub fn joined(key: &[u8], owner_died: bool) -> String {
+        format!(
+            "held @{} {}",
+            entry_of(key),
+            if owner_died { "died" } else { "clean" }
+        )
+    }
+
+    /// The record `v`, whose mod revision is `mod_revision`.
+    pub fn decode(name: &str, v: &[u8], mod_revision: i64) -> Result<Held> {
         let corrupt = || Error::Corrupt {
             name: name.to_owned(),
             what: format!(
-                "fairlock/{name}/held is {:?}, not \"held N clean|died\" or \"released N\"",
+                "fairlock/{name}/held is {:?}, not \"held N|@ENTRY clean|died\" or \"released N\"",
                 String::from_utf8_lossy(v)
             ),
         };
         let s = std::str::from_utf8(v).map_err(|_| corrupt())?;
+        let token = |t: &str| t.parse::<i64>().map_err(|_| corrupt());
+        // A token, or `@ENTRY` (a join's own record: its token is the record's revision).
+        let held_by = |t: &str| match t.strip_prefix('@') {
+            Some(entry) if !entry.is_empty() => Ok(mod_revision),
+            Some(_) => Err(corrupt()),
+            None => token(t),
+        };
         let mut w = s.split(' ');
         let held = match (w.next(), w.next(), w.next(), w.next()) {
             (Some("held"), Some(t), Some(v), None) => Held::Held {
-                token: t.parse().map_err(|_| corrupt())?,
+                token: held_by(t)?,
                 owner_died: match v {
                     "clean" => false,
                     "died" => true,
                     _ => return Err(corrupt()),
                 },
             },
-            (Some("released"), Some(t), None, None) => Held::Released {
-                token: t.parse().map_err(|_| corrupt())?,
-            },
+            (Some("released"), Some(t), None, None) => Held::Released { token: token(t)? },
             _ => return Err(corrupt()),
         };
         Ok(held)
@@ -138,6 +165,12 @@ impl Held {
             Held::Held { .. } => true,
         }
     }
+}
+
+/// The `LEASE-SEQ` part of queue key `key` (what follows its last `/`).
+fn entry_of(key: &[u8]) -> String {
+    let k = String::from_utf8_lossy(key);
+    k.rsplit('/').next().unwrap_or_default().to_owned()
 }
 
 #[cfg(test)]
@@ -187,8 +220,19 @@ mod tests {
             },
             Held::Released { token: 9 },
         ] {
-            assert_eq!(Held::decode("n", h.encode().as_bytes()).unwrap(), h);
+            assert_eq!(Held::decode("n", h.encode().as_bytes(), 99).unwrap(), h);
         }
+        // A join's own record: its token is the record's revision.
+        let key = b"fairlock/n/q/00000000000000ab-3";
+        assert_eq!(Held::joined(key, true), "held @00000000000000ab-3 died");
+        assert_eq!(
+            Held::decode("n", Held::joined(key, false).as_bytes(), 42).unwrap(),
+            Held::Held {
+                token: 42,
+                owner_died: false
+            }
+        );
+
         for bad in [
             "",
             "held",
@@ -198,8 +242,10 @@ mod tests {
             "released",
             "gone 1",
             "held 1 clean x",
+            "held @ clean",
+            "released @00000000000000ab-3",
         ] {
-            assert!(Held::decode("n", bad.as_bytes()).is_err(), "{bad:?}");
+            assert!(Held::decode("n", bad.as_bytes(), 99).is_err(), "{bad:?}");
         }
         assert!(!Held::Released { token: 3 }.verdict_for(5));
         assert!(

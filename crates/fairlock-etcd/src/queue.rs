@@ -415,6 +415,68 @@ fn leased(session: &Session) -> Option<PutOptions> {
     Some(PutOptions::new().with_lease(session.id()))
 }
 
+/// The part of a join that grants the lock there and then when the queue was empty before
+/// the join (the compares of a transaction, nested ones included, all read the store as it
+/// was before the transaction: nobody held or waited) and the grant record is absent or one
+/// of ours: it writes our record, `held @ENTRY died` if the record says a holder never
+/// released, `held @ENTRY clean` otherwise (see `Held`). A record that is neither (written by
+/// hand, garbage) grants nothing here: the acquisition goes on to its look, which reports it.
+/// The compare over the queue's prefix reads every key of it, as the join's sorted read does.
+fn grant_if_first(ctx: &Ctx, key: &[u8]) -> TxnOp {
+    let held = || ctx.keys.held.clone();
+    // The record starts with `WORD ` (and has more): `WORD ` < record < `WORD!`.
+    let starts = |word: &str| {
+        [
+            Compare::value(held(), CompareOp::Greater, format!("{word} ")),
+            Compare::value(held(), CompareOp::Less, format!("{word}!")),
+        ]
+    };
+    let put = |died| TxnOp::put(held(), Held::joined(key, died), None);
+    let absent_record = Txn::new()
+        .when([absent(&ctx.keys.held)])
+        .and_then([put(false)]);
+    let released = Txn::new()
+        .when(starts("released"))
+        .and_then([put(false)])
+        .or_else([TxnOp::txn(absent_record)]);
+    let held_by = Txn::new()
+        .when(starts("held"))
+        .and_then([put(true)])
+        .or_else([TxnOp::txn(released)]);
+    let queue_empty =
+        Compare::create_revision(ctx.keys.queue.clone(), CompareOp::Equal, 0).with_prefix();
+    TxnOp::txn(
+        Txn::new()
+            .when([queue_empty])
+            .and_then([TxnOp::txn(held_by)]),
+    )
+}
+
+/// What [`grant_if_first`] did, from the join's answer: `Some(owner_died)` if it granted the
+/// lock.
+fn granted_at_join(resp: &TxnResponse) -> Option<bool> {
+    let nested = |r: &TxnResponse| {
+        r.op_responses().into_iter().rev().find_map(|op| match op {
+            TxnOpResponse::Txn(t) => Some(t),
+            _ => None,
+        })
+    };
+    let first = nested(resp)?;
+    if !first.succeeded() {
+        return None; // someone held or waited
+    }
+    let held_by = nested(&first)?;
+    if held_by.succeeded() {
+        return Some(true);
+    }
+    let released = nested(&held_by)?;
+    if released.succeeded() {
+        return Some(false);
+    }
+    let absent_record = nested(&released)?;
+    absent_record.succeeded().then_some(false)
+}
+
 fn gets(resp: &TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
     resp.op_responses()
         .into_iter()
@@ -437,6 +499,9 @@ struct Joined {
     /// that finds nobody ahead needs no look of its own. `None` when the answer came from a
     /// retry that found our key already there.
     seen: Option<TxnResponse>,
+    /// `Some(owner_died)` if the join found the queue empty and granted us the lock there and
+    /// then, writing our grant record (see [`grant_if_first`]).
+    granted: Option<bool>,
 }
 
 /// Joins the queue: creates our key under our lease unless it exists (a retry after a lost
@@ -480,6 +545,7 @@ async fn enqueue(
             ),
         ));
         then.push(TxnOp::get(ctx.keys.held.clone(), None));
+        then.push(grant_if_first(ctx, key));
         let txn = Txn::new()
             .when([absent(key), absent(receipt)])
             .and_then(then)
@@ -507,6 +573,7 @@ async fn enqueue(
         return Ok(Joined {
             token,
             certain,
+            granted: granted_at_join(&resp),
             seen: Some(resp),
         });
     }
@@ -515,6 +582,7 @@ async fn enqueue(
             token: kv.create_revision(),
             certain,
             seen: None,
+            granted: None,
         }),
         // Neither created nor there: deleted between two of our attempts (by hand).
         None => Err((
@@ -534,9 +602,11 @@ async fn enqueue(
 struct Withdrawal {
     key: Vec<u8>,
     receipt: Vec<u8>,
-    /// `(held TOKEN clean, released TOKEN)`: if the grant record is the first (ours, written
-    /// though the caller never got the guard), it becomes the second.
-    release: Option<(String, String)>,
+    /// `(our clean grant record, its released form)`, each: if the grant record is the first
+    /// (ours, written though the caller never got the guard), it becomes the second. A
+    /// released form not known yet (`None`: the join's own record, whose token we never
+    /// learnt) is read from the record: its mod revision is its token.
+    release: Vec<(String, Option<String>)>,
     /// Write the receipt: a join attempt may still be applied late.
     fence: bool,
 }
@@ -553,22 +623,74 @@ struct Withdrawal {
 /// good is the session given up, so that the lease expires and takes the key with it.
 async fn withdraw(ctx: Ctx, session: Arc<Session>, w: Withdrawal) {
     let mut fence = w.fence;
+    // Each take-back: (our record, its revision if it must not have changed since, what it
+    // becomes). One whose released form is not known reads the record first: if it is ours,
+    // its revision is our token (see `Held`).
+    let mut take_backs = Vec::new();
+    for (record, released) in &w.release {
+        match released {
+            Some(r) => take_backs.push((record.clone(), None, r.clone())),
+            None => {
+                let read = persist(&ctx, &session, || {
+                    ctx.txn(Txn::new().and_then([TxnOp::get(ctx.keys.held.clone(), None)]))
+                })
+                .await;
+                let kv = read.ok().and_then(|resp| {
+                    gets(&resp)
+                        .into_iter()
+                        .next()
+                        .and_then(|kvs| kvs.into_iter().next())
+                });
+                if let Some(kv) = kv
+                    && kv.value() == record.as_bytes()
+                {
+                    let token = kv.mod_revision();
+                    take_backs.push((
+                        record.clone(),
+                        Some(token),
+                        Held::Released { token }.encode(),
+                    ));
+                }
+            }
+        }
+    }
     loop {
         let r = persist(&ctx, &session, || {
             let mut ops = vec![TxnOp::delete(w.key.clone(), None)];
             if fence {
                 ops.push(TxnOp::put(w.receipt.clone(), "withdrawn", leased(&session)));
             }
-            if let Some((record, released)) = &w.release {
-                ops.push(TxnOp::txn(
-                    Txn::new()
-                        .when([Compare::value(
+            // One chain (if the record is the first of ours, …, else if it is the second, …):
+            // etcd refuses a transaction that may write one key twice, but not two writes in
+            // the two branches of one comparison.
+            let chain = take_backs
+                .iter()
+                .rev()
+                .fold(None, |rest, (record, rev, released)| {
+                    let mut ours = vec![Compare::value(
+                        ctx.keys.held.clone(),
+                        CompareOp::Equal,
+                        record.as_str(),
+                    )];
+                    if let Some(rev) = rev {
+                        ours.push(Compare::mod_revision(
                             ctx.keys.held.clone(),
                             CompareOp::Equal,
-                            record.as_str(),
-                        )])
-                        .and_then([TxnOp::put(ctx.keys.held.clone(), released.as_str(), None)]),
-                ));
+                            *rev,
+                        ));
+                    }
+                    let take_back = Txn::new().when(ours).and_then([TxnOp::put(
+                        ctx.keys.held.clone(),
+                        released.as_str(),
+                        None,
+                    )]);
+                    Some(match rest {
+                        Some(rest) => take_back.or_else([TxnOp::txn(rest)]),
+                        None => take_back,
+                    })
+                });
+            if let Some(chain) = chain {
+                ops.push(TxnOp::txn(chain));
             }
             ctx.txn(Txn::new().and_then(ops))
         })
@@ -598,9 +720,11 @@ struct Undo {
     session: Arc<Session>,
     key: Vec<u8>,
     receipt: Vec<u8>,
-    /// Our grant record, if it says `clean` (set before it is written: the write may be
-    /// applied though its answer never comes).
-    clean_record: Option<(String, String)>,
+    /// Our grant records that say `clean`, and what each becomes when taken back (set before
+    /// it is written: the write may be applied though its answer never comes; `None`: not
+    /// known yet, see [`Withdrawal::release`]). The join's own (`held @ENTRY clean`, see
+    /// [`grant_if_first`]) from the start; the grant step's once it is sent.
+    clean_records: Vec<(String, Option<String>)>,
     /// A join attempt may still be applied late (until the join says otherwise).
     uncertain: bool,
     armed: bool,
@@ -615,7 +739,7 @@ impl Undo {
         let w = Withdrawal {
             key: self.key.clone(),
             receipt: self.receipt.clone(),
-            release: self.clean_record.clone(),
+            release: self.clean_records.clone(),
             fence: self.uncertain,
         };
         Some(
@@ -750,7 +874,7 @@ async fn look(
         .and_then(|kvs| kvs.first())
         .map(|kv| kv.key().to_vec());
     let held = match got.get(1).and_then(|kvs| kvs.first()) {
-        Some(kv) => Some(Held::decode(&ctx.keys.name, kv.value())?),
+        Some(kv) => Some(Held::decode(&ctx.keys.name, kv.value(), kv.mod_revision())?),
         None => None,
     };
     Ok((rev, pred, held))
@@ -777,7 +901,7 @@ fn first_look(
     }
     let pred = newest.get(1).map(|kv| kv.key().to_vec());
     let held = match got.get(1).and_then(|kvs| kvs.first()) {
-        Some(kv) => match Held::decode(&ctx.keys.name, kv.value()) {
+        Some(kv) => match Held::decode(&ctx.keys.name, kv.value(), kv.mod_revision()) {
             Ok(h) => Some(h),
             Err(e) => return Some(Err(e)),
         },
@@ -801,21 +925,31 @@ pub(crate) async fn acquire(
         session: session.clone(),
         key: key.clone(),
         receipt: receipt.clone(),
-        clean_record: None,
+        // A join attempt may grant us the lock and write our record, answered or not: until
+        // the token is known, taking the record back reads it first (its revision is ours).
+        clean_records: vec![(Held::joined(&key, false), None)],
         uncertain: true,
         armed: true,
     };
-    let (token, mut seen) = match enqueue(ctx, &session, &key, &receipt, &value, b).await {
+    let (token, mut seen, granted) = match enqueue(ctx, &session, &key, &receipt, &value, b).await {
         Ok(j) => {
             undo.uncertain = !j.certain;
-            (j.token, j.seen)
+            (j.token, j.seen, j.granted)
         }
         Err((stop, certain)) => {
             let stale_lease = matches!(&stop, Stop::Lost(l) if l.cause == Cause::Gone);
-            if certain || stale_lease {
-                // Every attempt was answered and none created the key (or none was sent); or
-                // etcd does not have our lease, under which nothing can exist nor be created.
+            if certain {
+                // Every attempt was answered and none created the key (or none was sent).
                 undo.armed = false;
+            } else if stale_lease {
+                // etcd does not have our lease: no key of ours exists or can be created. But
+                // an earlier attempt may have been applied before the lease went, and granted
+                // us the lock at once: its grant record has no lease, and must be taken back
+                // before the caller joins again under a new lease (which would find the record
+                // and say a holder died). Waited for to the end.
+                if let Some(h) = undo.start() {
+                    let _ = h.await;
+                }
             } else {
                 undo.finish().await;
             }
@@ -825,6 +959,33 @@ pub(crate) async fn acquire(
             });
         }
     };
+    // Our token is known: the join's record, taken back, says so.
+    undo.clean_records = vec![(
+        Held::joined(&key, false),
+        Some(Held::Released { token }.encode()),
+    )];
+    if let Some(owner_died) = granted {
+        // The queue was empty: the join granted us the lock and wrote our record (the
+        // uncontended cycle's whole acquisition: one transaction).
+        if owner_died {
+            undo.clean_records.clear(); // a `died` record stays, whatever happens to us
+        }
+        // The answer may have come after our lease's local deadline (see below).
+        if let Some(l) = session.lost() {
+            return Err(ctx.lost_error(l, "while being granted").into());
+        }
+        undo.armed = false;
+        return Ok(Grant {
+            session,
+            key: key.clone(),
+            receipt,
+            token,
+            owner_died,
+            record: Held::joined(&key, owner_died),
+            uncertain: undo.uncertain,
+            gone: AtomicBool::new(false),
+        });
+    }
     let mut backoff = Duration::from_millis(20);
     let held = loop {
         // One snapshot: is our key still ours, who is just ahead of us, what does the
@@ -900,7 +1061,8 @@ pub(crate) async fn acquire(
     let owner_died = held.is_some_and(|h| h.verdict_for(token));
     let record = Held::Held { token, owner_died }.encode();
     if !owner_died {
-        undo.clean_record = Some((record.clone(), Held::Released { token }.encode()));
+        undo.clean_records
+            .push((record.clone(), Some(Held::Released { token }.encode())));
     }
     let resp = retrying(ctx, Some(&session), b.deadline, b.limit, true, || {
         ctx.txn(Txn::new().when([mine(&key, token)]).and_then([TxnOp::put(
@@ -1016,7 +1178,7 @@ pub(crate) fn start_release(ctx: &Ctx, grant: &Grant) -> oneshot::Receiver<Resul
                 if first(1).is_some_and(|kv| kv.value() == released.as_bytes()) {
                     Ok(())
                 } else if let Some(Err(e)) =
-                    first(0).map(|kv| Held::decode(&ctx.keys.name, kv.value()))
+                    first(0).map(|kv| Held::decode(&ctx.keys.name, kv.value(), kv.mod_revision()))
                 {
                     Err(e)
                 } else {

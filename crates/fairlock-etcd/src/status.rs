@@ -74,7 +74,7 @@ pub(crate) async fn read(ctx: &Ctx) -> Result<Status> {
     });
     let queue = gets.next().unwrap_or_default();
     let held = match gets.next().unwrap_or_default().first() {
-        Some(kv) => Some(Held::decode(&ctx.keys.name, kv.value())?),
+        Some(kv) => Some(Held::decode(&ctx.keys.name, kv.value(), kv.mod_revision())?),
         None => None,
     };
     let mut entries: Vec<Entry> = queue

@@ -175,7 +175,7 @@ async fn dropped_unlock(eps: Vec<String>) {
     assert!(start.elapsed() < Duration::from_secs(4));
 }
 
-/// An acquisition dropped after etcd applied its grant record (`held T clean`) but before the
+/// An acquisition dropped after etcd applied its grant record (`held … clean`) but before the
 /// answer came: the next holder must not be told that its predecessor died (no lease
 /// expired; the dropped acquisition never held the lock for its caller).
 async fn dropped_after_the_grant_record(eps: Vec<String>) {

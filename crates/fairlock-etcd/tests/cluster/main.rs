@@ -5,6 +5,7 @@
 //! * `api`: errors for bad input, try_lock and timeouts, unlock, status, the async API;
 //! * `cancel`: a cancelled acquire or release leaves no trace in the queue;
 //! * `faults`: members down, hung, or no quorum;
+//! * `grant`: the grant a join makes when it finds the queue empty, under lost answers;
 //! * `network`: answers lost or late between one client and etcd (a TCP proxy);
 //! * `processes`: FIFO across processes, a killed or stopped holder (the test binary
 //!   re-executed as a worker: its tests are named `processes::...`).
@@ -14,6 +15,7 @@ mod common;
 mod api;
 mod cancel;
 mod faults;
+mod grant;
 mod network;
 mod processes;
 mod requests;
