@@ -4,7 +4,12 @@
 //! bash crates/fairlock-bench/peers/etcd-mutex/build.sh      # optional: the Go peer
 //! cargo run --release -p fairlock-bench --example etcdbench -- [--seconds 5] [--rounds 2]
 //!     [--clients 1,4,16] [--only etcd,go,etcdctl,etcdctl-true,local] [--go PATH]
+//!     [--shapes [--compact]]
 //! ```
+//!
+//! `--shapes` runs only where a one-client cycle's time goes (`etcdbench/shapes.rs`): etcd's
+//! Go mutex's requests and fairlock-etcd's, each sent raw with `etcd-client`, and the library
+//! itself, async and blocking, interleaved.
 //!
 //! Starts its own 3-member etcd cluster on free 127.0.0.1 ports (data in a temporary
 //! directory, removed at the end), then for every client count runs each lock in turn,
@@ -35,6 +40,8 @@
 mod cluster;
 #[path = "etcdbench/requests.rs"]
 mod requests;
+#[path = "etcdbench/shapes.rs"]
+mod shapes;
 #[path = "etcdbench/stats.rs"]
 mod stats;
 #[path = "etcdbench/worker.rs"]
@@ -444,6 +451,10 @@ struct Opts {
     clients: Vec<usize>,
     locks: Vec<Lock>,
     go: Option<PathBuf>,
+    /// `--shapes`: only the one-client A/B of request shapes (`etcdbench/shapes.rs`).
+    shapes: bool,
+    /// `--compact`: with `--shapes`, compact the store before each round.
+    compact: bool,
 }
 
 fn parse_args(args: &[String]) -> Opts {
@@ -454,6 +465,8 @@ fn parse_args(args: &[String]) -> Opts {
         clients: vec![1, 4, 16],
         locks: ALL.to_vec(),
         go: default_go.exists().then_some(default_go),
+        shapes: false,
+        compact: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -479,9 +492,12 @@ fn parse_args(args: &[String]) -> Opts {
                     .collect();
             }
             "--go" => o.go = Some(PathBuf::from(val())),
+            "--shapes" => o.shapes = true,
+            "--compact" => o.compact = true,
             _ => panic!(
                 "unknown argument {a}; usage: etcdbench [--seconds S] [--rounds R] \
-                 [--clients 1,4,16] [--only etcd,go,etcdctl,etcdctl-true,local] [--go PATH]"
+                 [--clients 1,4,16] [--only etcd,go,etcdctl,etcdctl-true,local] [--go PATH] \
+                 [--shapes [--compact]]"
             ),
         }
     }
@@ -547,6 +563,11 @@ fn main() {
         println!("* {n}");
     }
     println!();
+    if o.shapes {
+        shapes::run(&cluster.endpoints(), o.seconds, o.rounds, o.compact);
+        println!("* load average at end: {}", loadavg());
+        return;
+    }
 
     let mut aggs: Vec<(Lock, usize, Agg)> = Vec::new();
     for &n in &o.clients {

@@ -1,0 +1,225 @@
+//! `etcdbench --shapes`: where a one-client fairlock-etcd cycle's time goes, as an A/B in one
+//! run (issue 31). On the bench's own cluster, one process, one client, interleaved rounds:
+//!
+//! * **Go's shape, raw**: the requests of etcd's `concurrency.Mutex` sent with `etcd-client`
+//!   directly (a transaction that puts the session's key and reads the queue's first key; a
+//!   delete);
+//! * **fairlock's shape, raw**: the requests of a fairlock-etcd cycle, the same way (the join
+//!   with its reads and the nested grant; the release with the record and the receipt);
+//! * **fairlock-etcd, async**: `AsyncEtcdLock` on a current-thread runtime;
+//! * **fairlock-etcd, blocking**: `EtcdLock` (its calls run on the session's runtime thread).
+//!
+//! The first two differ only in what they ask of etcd; the last two add the library. With
+//! `--compact` the store is compacted before each round: etcd keeps deleted keys in its index
+//! until then, and every acquisition of fairlock-etcd names a new key, so without compactions
+//! its ranges over the queue's prefix slow down round after round.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+};
+
+use crate::stats::table;
+
+const SHAPES: [&str; 4] = [
+    "Go's shape, raw etcd-client",
+    "fairlock's shape, raw etcd-client",
+    "fairlock-etcd, async",
+    "fairlock-etcd, blocking",
+];
+
+/// Runs the shapes `rounds` times for `seconds` each, interleaved, and prints cycles/s;
+/// `compact`: the store compacted at its current revision before each round.
+pub fn run(endpoints: &[String], seconds: f64, rounds: usize, compact: bool) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let period = Duration::from_secs_f64(seconds);
+    let mut rates = vec![Vec::new(); SHAPES.len()];
+    let blocking =
+        fairlock_etcd::EtcdLock::connect(endpoints, "shape-blocking").expect("connect (blocking)");
+    let (client, lease, lock) = rt.block_on(async {
+        let client = Client::connect(endpoints, None).await.expect("connect");
+        let lease = client
+            .lease_client()
+            .grant(600, None)
+            .await
+            .expect("a lease")
+            .id();
+        let lock = fairlock_etcd::AsyncEtcdLock::connect(endpoints, "shape-async")
+            .await
+            .expect("connect (async)");
+        (client, lease, lock)
+    });
+    let mut seq = 0u64;
+    for round in 0..rounds {
+        if compact {
+            // etcd keeps every deleted key in its index until a compaction, and a range over
+            // the queue's prefix walks them all: each fairlock acquisition's key is new.
+            rt.block_on(async {
+                let mut kv = client.kv_client();
+                let now = kv.get("shape", None).await.expect("a read");
+                let rev = now.header().map(|h| h.revision()).unwrap_or(0);
+                kv.compact(rev, None).await.expect("a compaction");
+            });
+        }
+        let mut order: Vec<usize> = (0..SHAPES.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let start = Instant::now();
+            let mut cycles = 0u64;
+            while start.elapsed() < period {
+                match i {
+                    0 => rt.block_on(go_cycle(&client, lease)),
+                    1 => {
+                        seq += 1;
+                        rt.block_on(fairlock_cycle(&client, lease, seq));
+                    }
+                    2 => rt.block_on(async {
+                        let g = lock.lock().await.expect("lock");
+                        g.unlock().await.expect("unlock");
+                    }),
+                    _ => blocking.lock().expect("lock").unlock().expect("unlock"),
+                }
+                cycles += 1;
+            }
+            let r = cycles as f64 / start.elapsed().as_secs_f64();
+            eprintln!("{} (round {}) ... {r:.0} /s", SHAPES[i], round + 1);
+            rates[i].push(r);
+        }
+    }
+    let go = rates[0].iter().sum::<f64>() / rates[0].len() as f64;
+    let rows: Vec<Vec<String>> = SHAPES
+        .iter()
+        .zip(&rates)
+        .map(|(name, r)| {
+            let mean = r.iter().sum::<f64>() / r.len() as f64;
+            vec![
+                (*name).to_owned(),
+                r.iter()
+                    .map(|x| format!("{x:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                format!("{:.2} ms", 1000.0 / mean),
+                format!("{:.2}×", mean / go),
+            ]
+        })
+        .collect();
+    println!(
+        "\n## Request shapes, one client (`--shapes`{})\n",
+        if compact { ", `--compact`" } else { "" }
+    );
+    println!(
+        "{}",
+        table(
+            &["what", "cycles/s by round", "per cycle", "÷ Go's shape"],
+            &rows
+        )
+    );
+}
+
+/// One cycle of etcd's `concurrency.Mutex`, as its `Lock` and `Unlock` send it.
+async fn go_cycle(client: &Client, lease: i64) {
+    let prefix = b"shape-go/".to_vec();
+    let mut key = prefix.clone();
+    key.extend_from_slice(format!("{lease:x}").as_bytes());
+    let first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(key.clone(), "", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::get(prefix.clone(), Some(first.clone())),
+        ])
+        .or_else([
+            TxnOp::get(key.clone(), None),
+            TxnOp::get(prefix.clone(), Some(first)),
+        ]);
+    let mut kv = client.kv_client();
+    kv.txn(txn).await.expect("Go's lock transaction");
+    kv.delete(key, None).await.expect("Go's unlock");
+}
+
+/// One cycle of fairlock-etcd's requests for an uncontended lock (`queue.rs`): the join (put
+/// our key, delete the last receipt, the nested grant, whose other branch — taken when the
+/// queue is not empty — reads the two newest keys and the record) and the release (delete our
+/// key, write the record and our receipt).
+async fn fairlock_cycle(client: &Client, lease: i64, seq: u64) {
+    let queue = b"fairlock/shape-raw/q/".to_vec();
+    let held = b"fairlock/shape-raw/held".to_vec();
+    let entry = format!("{lease:016x}-{seq}");
+    let key = [queue.as_slice(), entry.as_bytes()].concat();
+    let receipt = format!("fairlock/shape-raw/r/{entry}").into_bytes();
+    let last_receipt = format!("fairlock/shape-raw/r/{lease:016x}-{}", seq - 1).into_bytes();
+    let leased = || Some(PutOptions::new().with_lease(lease));
+    let absent = |k: &[u8]| Compare::create_revision(k.to_vec(), CompareOp::Equal, 0);
+    let record = format!("held @{entry} clean");
+    let starts = |w: &str| {
+        [
+            Compare::value(held.clone(), CompareOp::Greater, format!("{w} ")),
+            Compare::value(held.clone(), CompareOp::Less, format!("{w}!")),
+        ]
+    };
+    let put = |died: bool| {
+        let v = format!("held @{entry} {}", if died { "died" } else { "clean" });
+        TxnOp::put(held.clone(), v, None)
+    };
+    let grant = Txn::new()
+        .when([Compare::create_revision(queue.clone(), CompareOp::Equal, 0).with_prefix()])
+        .and_then([TxnOp::txn(
+            Txn::new()
+                .when(starts("held"))
+                .and_then([put(true)])
+                .or_else([TxnOp::txn(
+                    Txn::new()
+                        .when(starts("released"))
+                        .and_then([put(false)])
+                        .or_else([TxnOp::txn(
+                            Txn::new().when([absent(&held)]).and_then([put(false)]),
+                        )]),
+                )]),
+        )])
+        .or_else([
+            TxnOp::get(
+                queue.clone(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Descend)
+                        .with_limit(2)
+                        .with_keys_only(),
+                ),
+            ),
+            TxnOp::get(held.clone(), None),
+        ]);
+    let join = Txn::new()
+        .when([absent(&key), absent(&receipt)])
+        .and_then([
+            TxnOp::put(key.clone(), "pid=0", leased()),
+            TxnOp::delete(last_receipt, None),
+            TxnOp::txn(grant),
+        ])
+        .or_else([TxnOp::get(key.clone(), None)]);
+    let mut kv = client.kv_client();
+    let joined = kv.txn(join).await.expect("the join");
+    let token = joined.header().map(|h| h.revision()).unwrap_or(0);
+    let released = format!("released {token}");
+    let release = Txn::new()
+        .when([
+            Compare::create_revision(key.clone(), CompareOp::Equal, token),
+            Compare::value(held.clone(), CompareOp::Equal, record),
+        ])
+        .and_then([
+            TxnOp::delete(key, None),
+            TxnOp::put(held, released.clone(), None),
+            TxnOp::put(receipt, released, leased()),
+        ]);
+    let done = kv.txn(release).await.expect("the release");
+    assert!(done.succeeded(), "the raw release found the lock not ours");
+}
