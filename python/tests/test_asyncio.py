@@ -10,7 +10,7 @@ import time
 import pytest
 
 import fairlock
-from conftest import waiters
+from conftest import wait_until, waiters
 
 
 def run(coro):
@@ -71,7 +71,9 @@ def test_tasks_are_served_in_the_order_they_asked(lock_path):
         for i in range(8):
             tasks.append(asyncio.ensure_future(task(i)))
             await asyncio.sleep(0)  # the task starts, and takes its place in line
-        assert waiters(lock_path) >= 1
+        # Each place was taken at the task's first step; its waiter thread shows it in the
+        # file (publishes it) a moment later.
+        wait_until(lambda: waiters(lock_path) == 8)
         holder.release()
         await asyncio.gather(*tasks)
 
