@@ -570,6 +570,16 @@ mod tests {
     use crate::file::open_lock_file;
     use std::sync::Arc;
 
+    /// Empties the file, as a truncation by another user does.
+    fn empty(path: &std::path::Path) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    }
+
     fn scratch(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("fairlock-view-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -602,12 +612,7 @@ mod tests {
         let path = scratch("emptied-file");
         let o = crate::OpenOptions::default().create_options();
         let old = Shared::open(&path, &o).unwrap();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        empty(&path);
         let made = open_lock_file(&path, &o).unwrap();
         let new = Shared::join(made, &path).unwrap();
         assert!(old.is_broken());
@@ -624,12 +629,7 @@ mod tests {
         let path = scratch("made-anew-elsewhere");
         let o = crate::OpenOptions::default().create_options();
         let old = Shared::open(&path, &o).unwrap();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        empty(&path);
         // Made anew as another process would: opened, initialised, not joined by us.
         drop(open_lock_file(&path, &o).unwrap());
         let new = Shared::open(&path, &o).unwrap();
@@ -652,12 +652,7 @@ mod tests {
         small.slots = 8;
         drop(open_lock_file(&path, &small).unwrap());
         let theirs_opened = open_lock_file(&path, &small).unwrap();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        empty(&path);
         let mut large = small;
         large.slots = 64;
         let made = open_lock_file(&path, &large).unwrap();

@@ -58,13 +58,7 @@ impl Wake for LoopWaker {
             if scheduled.is_err() {
                 // The loop is closed: nobody will poll. The library future is dropped here,
                 // which gives its grant (decided before this wake) back.
-                let f = me
-                    .get()
-                    .acquire
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take();
-                py.detach(|| drop(f));
+                me.get().give_up(py);
             }
         });
     }
@@ -117,15 +111,21 @@ impl Acquiring {
 
     /// The asyncio future's done callback: a cancelled one gives the place up at once.
     fn _done(slf: &Bound<'_, Self>, _future: &Bound<'_, PyAny>) -> PyResult<()> {
-        let py = slf.py();
-        let f = slf
-            .get()
+        slf.get().give_up(slf.py());
+        Ok(())
+    }
+}
+
+impl Acquiring {
+    /// Drops the library future, if it is still here (its drop gives the place in line, or a
+    /// grant it made, back), with the GIL released: the drop may wait for the waiter thread.
+    fn give_up(&self, py: Python<'_>) {
+        let f = self
             .acquire
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
         py.detach(|| drop(f));
-        Ok(())
     }
 }
 

@@ -87,21 +87,7 @@ fn taker_skipped_after_the_grace_queues_again() {
     let st = o.view();
     let p = ModelPlatform::new(0);
     let tuning = Tuning::default();
-    let stalled = fast::take_queued(&st, &p);
-    let t1 = enqueue(&st, 2);
-    let mut watch = Watch::default();
-    recover(&st, &p, t1, &mut watch, &tuning);
-    p.advance(tuning.grace_ns);
-    recover(&st, &p, t1, &mut watch, &tuning);
-    assert_eq!(state_of(&st, stalled), Some(State::Skipped));
-    // Waiter 2 claims and releases; then the stalled taker resumes.
-    let w = word(&st, t1);
-    st.slot(t1)
-        .word
-        .compare_exchange(w.0, w.with_state(State::Held).0, Relaxed, Relaxed)
-        .unwrap();
-    let g1 = Grant::of(t1, false, false, false);
-    release(&st, &p, &g1, 2).unwrap();
+    let (stalled, t1) = skipped_then_overtaken(&st, &p, &tuning);
     let deadline = Some(p.now_ns() + 1);
     let g = lock_watched(
         &st,
@@ -527,19 +513,7 @@ fn a_stopped_waiter_whose_ticket_was_skipped_takes_no_other() {
     let st = o.view();
     let p = ModelPlatform::new(0);
     let tuning = Tuning::default();
-    let stalled = fast::take_queued(&st, &p);
-    let t1 = enqueue(&st, 2);
-    let mut watch = Watch::default();
-    recover(&st, &p, t1, &mut watch, &tuning);
-    p.advance(tuning.grace_ns);
-    recover(&st, &p, t1, &mut watch, &tuning);
-    assert_eq!(state_of(&st, stalled), Some(State::Skipped));
-    let w = word(&st, t1);
-    st.slot(t1)
-        .word
-        .compare_exchange(w.0, w.with_state(State::Held).0, Relaxed, Relaxed)
-        .unwrap();
-    release(&st, &p, &Grant::of(t1, false, false, false), 2).unwrap();
+    let (stalled, _) = skipped_then_overtaken(&st, &p, &tuning);
     let stop = || true;
     let r = lock_watched(
         &st,
@@ -553,4 +527,28 @@ fn a_stopped_waiter_whose_ticket_was_skipped_takes_no_other() {
     assert!(matches!(r, Err(WaitError::Interrupted)), "{r:?}");
     // The lock is free: nobody holds or waits.
     assert!(!st.lock_word(Relaxed).held());
+}
+
+/// A taker that takes a ticket and stalls before publishing it past the grace: participant 2,
+/// queued behind it, has it skipped, then claims its own grant and releases. Returns the
+/// stalled taker's ticket (now skipped; the lock free) and the one that overtook it.
+fn skipped_then_overtaken(
+    st: &crate::core::LockState<'_>,
+    p: &ModelPlatform,
+    tuning: &Tuning,
+) -> (u64, u64) {
+    let stalled = fast::take_queued(st, p);
+    let t1 = enqueue(st, 2);
+    let mut watch = Watch::default();
+    recover(st, p, t1, &mut watch, tuning);
+    p.advance(tuning.grace_ns);
+    recover(st, p, t1, &mut watch, tuning);
+    assert_eq!(state_of(st, stalled), Some(State::Skipped));
+    let w = word(st, t1);
+    st.slot(t1)
+        .word
+        .compare_exchange(w.0, w.with_state(State::Held).0, Relaxed, Relaxed)
+        .unwrap();
+    release(st, p, &Grant::of(t1, false, false, false), 2).unwrap();
+    (stalled, t1)
 }
