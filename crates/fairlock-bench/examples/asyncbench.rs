@@ -1,5 +1,5 @@
 //! Asynchronous acquisitions against the blocking ones and against `tokio::sync::Mutex`
-//! (in-process only), all interleaved in one run (issue 32): an uncontended acquire/release
+//! (in-process only), all interleaved in one run: an uncontended acquire/release
 //! pair, and a hand-off (two contenders taking turns: with a FIFO lock every acquisition
 //! after the first waits for the other's release).
 //!

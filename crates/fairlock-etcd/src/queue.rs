@@ -423,7 +423,7 @@ fn leased(session: &Session) -> Option<PutOptions> {
 /// hand, garbage) grants nothing here: the acquisition goes on to its look, which reports it.
 /// The compare over the queue's prefix reads every key of it, as the join's sorted read does.
 /// When the queue was not empty, `first_look` (the join's first look's reads) runs instead:
-/// an uncontended join reads nothing (the reads cost about a tenth of its cycle).
+/// an uncontended join reads nothing.
 fn grant_if_first(ctx: &Ctx, key: &[u8], first_look: [TxnOp; 2]) -> TxnOp {
     let held = || ctx.keys.held.clone();
     // The record starts with `WORD ` (and has more): `WORD ` < record < `WORD!`.
@@ -455,10 +455,10 @@ fn grant_if_first(ctx: &Ctx, key: &[u8], first_look: [TxnOp; 2]) -> TxnOp {
     )
 }
 
-/// The answer of the join's nested [`grant_if_first`].
-fn grant_answer(joined: &TxnResponse) -> Option<TxnResponse> {
-    joined
-        .op_responses()
+/// The answer of the last transaction nested in `resp` (the join's [`grant_if_first`], and
+/// each level nested in that).
+fn nested_answer(resp: &TxnResponse) -> Option<TxnResponse> {
+    resp.op_responses()
         .into_iter()
         .rev()
         .find_map(|op| match op {
@@ -470,7 +470,7 @@ fn grant_answer(joined: &TxnResponse) -> Option<TxnResponse> {
 /// What [`grant_if_first`] did, from the join's answer: `Some(owner_died)` if it granted the
 /// lock.
 fn granted_at_join(resp: &TxnResponse) -> Option<bool> {
-    let nested = grant_answer;
+    let nested = nested_answer;
     let first = nested(resp)?;
     if !first.succeeded() {
         return None; // someone held or waited
@@ -910,7 +910,7 @@ fn first_look(
 ) -> Option<std::result::Result<Snapshot, Error>> {
     let rev = joined.header().map(|h| h.revision())?;
     // Read only when the queue was not empty (the else branch of the join's grant).
-    let nested = grant_answer(joined).filter(|t| !t.succeeded())?;
+    let nested = nested_answer(joined).filter(|t| !t.succeeded())?;
     let got = gets(&nested);
     let newest = got.first()?;
     if newest.first()?.key() != key {

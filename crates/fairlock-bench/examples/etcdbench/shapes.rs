@@ -1,5 +1,5 @@
 //! `etcdbench --shapes`: where a one-client fairlock-etcd cycle's time goes, as an A/B in one
-//! run (issue 31). On the bench's own cluster, one process, one client, interleaved rounds:
+//! run. On the bench's own cluster, one process, one client, interleaved rounds:
 //!
 //! * **Go's shape, raw**: the requests of etcd's `concurrency.Mutex` sent with `etcd-client`
 //!   directly (a transaction that puts the session's key and reads the queue's first key; a
