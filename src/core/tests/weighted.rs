@@ -347,3 +347,60 @@ fn walks_beside_a_long_held_share_are_bounded_by_the_slots() {
     let w = lock(&st, &p, &me(3), None, &t).expect("a writer after the long read");
     release(&st, &p, &w, 3).unwrap();
 }
+
+/// Parks ticket `t`'s waiter, as `wait_for_grant` does before it sleeps.
+fn sleep_on(st: &crate::core::state::LockState<'_>, t: u64) {
+    let slot = st.slot(t);
+    let w = Word(slot.word.load(Relaxed));
+    assert_eq!(w.state(), Some(State::Waiting));
+    assert!(cas(slot, w, w.with_state(State::Sleeping)));
+}
+
+/// A walk that grants nudges the first sleeping ticket that does not fit behind its grants
+/// (`Sleeping → Waiting` and a wake: TWA's early wake), so that it spins and takes its grant
+/// without a futex round trip; a walk that grants nothing leaves it asleep. The same for a
+/// semaphore's permits.
+#[test]
+fn a_grant_nudges_the_sleeping_ticket_behind_it() {
+    let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let t = Tuning::default();
+    let w1 = lock(&st, &p, &me(1), None, &t).unwrap();
+    let w2 = publish_and_walk(&st, &p, &me(2));
+    let w3 = publish_and_walk(&st, &p, &me(3));
+    sleep_on(&st, w2);
+    sleep_on(&st, w3);
+    walk::advance(&st, &p);
+    assert_eq!(state_of(&st, w2), Some(State::Sleeping), "nothing granted");
+    release(&st, &p, &w1, 1).unwrap();
+    assert_eq!(state_of(&st, w2), Some(State::Granted));
+    assert_eq!(
+        state_of(&st, w3),
+        Some(State::Waiting),
+        "the writer behind the grant is nudged"
+    );
+    sleep_on(&st, w3);
+    let g2 = claim(&st, &p, w2, &me(2));
+    walk::advance(&st, &p);
+    assert_eq!(state_of(&st, w3), Some(State::Sleeping), "nothing granted");
+    release(&st, &p, &g2, 2).unwrap();
+    assert_eq!(state_of(&st, w3), Some(State::Granted));
+
+    let o = OwnedState::of_kind(8, 8, RecordKind::semaphore(2));
+    let st = o.view();
+    let p1 = lock(&st, &p, &share(1), None, &t).unwrap();
+    let p2 = lock(&st, &p, &share(2), None, &t).unwrap();
+    let p3 = publish_and_walk(&st, &p, &share(3));
+    let p4 = publish_and_walk(&st, &p, &share(4));
+    sleep_on(&st, p3);
+    sleep_on(&st, p4);
+    release(&st, &p, &p1, 1).unwrap();
+    assert_eq!(state_of(&st, p3), Some(State::Granted));
+    assert_eq!(
+        state_of(&st, p4),
+        Some(State::Waiting),
+        "the permit behind the grant is nudged"
+    );
+    release(&st, &p, &p2, 2).unwrap();
+}

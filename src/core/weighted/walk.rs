@@ -213,6 +213,8 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
     let mut telling = false;
     // Where `head` may go: the first ticket not known to be final.
     let mut unfinished: Option<u64> = None;
+    // Whether this walk granted a ticket (then it nudges the first one that does not fit).
+    let mut granted_any = false;
     let mut h = at;
     let mut steps = 0u64;
     while steps < MAX_STEPS {
@@ -278,6 +280,15 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
             State::Waiting | State::Sleeping => {
                 unfinished.get_or_insert(h);
                 if !front.admits(w.shared(), cap) {
+                    if granted_any && state == State::Sleeping {
+                        // The first ticket that does not fit, behind grants this walk just
+                        // made: nudge it (TWA's early wake), so that it spins and takes its
+                        // grant without a futex round trip when those holders let go. Only
+                        // a hint: a failed CAS (it woke, or was granted) needs nothing.
+                        if cas(slot, w, w.with_state(State::Waiting)) {
+                            p.wake(&slot.word);
+                        }
+                    }
                     break;
                 }
                 // Acquire: pairs with the Release count of the death (`collect_news`).
@@ -307,6 +318,7 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                 if state == State::Sleeping {
                     p.wake(&slot.word);
                 }
+                granted_any = true;
                 front.count(granted);
                 h = h.wrapping_add(1);
             }
