@@ -404,3 +404,37 @@ fn a_grant_nudges_the_sleeping_ticket_behind_it() {
     );
     release(&st, &p, &p2, 2).unwrap();
 }
+
+/// A walk that nudges a sleeping writer (`Sleeping → Waiting`) and stops before its futex
+/// wake — preempted or killed there — while a reader ahead of the writer holds, releases and
+/// grants it: that grant sees `Waiting` and sends no wake. The grant is kept for the sleeper,
+/// which claims it when the nudger's wake comes, or at its next poll (the failure model's row;
+/// nothing is lost, only the wake-up waits).
+#[test]
+fn a_grant_behind_a_stopped_nudge_is_kept_for_its_sleeper() {
+    use super::support::HookedPlatform;
+    let o = OwnedState::of_kind(8, 8, RecordKind::RWLOCK);
+    let st = o.view();
+    let p = ModelPlatform::new(1);
+    let t = Tuning::default();
+    let w1 = lock(&st, &p, &me(1), None, &t).unwrap();
+    let r2 = publish_and_walk(&st, &p, &share(2));
+    let w3 = publish_and_walk(&st, &p, &me(3));
+    sleep_on(&st, w3);
+    let ran = std::sync::atomic::AtomicBool::new(false);
+    let hooked = HookedPlatform::new(1);
+    // The first wake of the writer's release walk is the nudge: the reader, granted by that
+    // walk, claims, holds and releases before it.
+    hooked.before_wake(|_| {
+        assert_eq!(state_of(&st, w3), Some(State::Waiting), "nudged");
+        let g2 = claim(&st, &p, r2, &share(2));
+        release(&st, &p, &g2, 2).unwrap();
+        ran.store(true, Relaxed);
+    });
+    release(&st, &hooked, &w1, 1).unwrap();
+    assert!(ran.load(Relaxed), "the walk nudged the writer");
+    assert_eq!(state_of(&st, w3), Some(State::Granted));
+    let g3 = claim(&st, &p, w3, &me(3));
+    assert!(g3.token() > w1.token());
+    release(&st, &p, &g3, 3).unwrap();
+}

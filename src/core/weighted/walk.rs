@@ -286,6 +286,11 @@ pub fn advance<P: Platform>(st: &LockState<'_>, p: &P) {
                         // grant without a futex round trip when those holders let go. Only
                         // a hint: a failed CAS (it woke, or was granted) needs nothing.
                         if cas(slot, w, w.with_state(State::Waiting)) {
+                            // Between the CAS and the wake, the word says `Waiting` while its
+                            // thread sleeps: a walk that grants it now sends no wake, and the
+                            // grantee claims when this wake comes, or at its next poll if this
+                            // walker never gets there (DESIGN.md, failure model).
+                            crate::crash_point!("weighted.nudged");
                             p.wake(&slot.word);
                         }
                     }

@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relea
 use std::time::Duration;
 
 use competitors::{
-    Competitor, Fair, FairBounded, FairParked, FairR, Flock, Ofd, PlMutex, Pthread, StdMutex,
+    Competitor, Fair, FairBounded, FairParked, FairR, FifoFloor, Flock, Ofd, PlMutex, Pthread,
+    StdMutex,
 };
 use util::{Shm, busy_until, median, now_ns, ns, quantile, rate, ratio_table, table, wait_for};
 
@@ -39,9 +40,10 @@ enum Kind {
     Pl,
     Flock,
     Ofd,
+    Floor,
 }
 
-const ALL: [Kind; 9] = [
+const ALL: [Kind; 10] = [
     Kind::Fair,
     Kind::FairBounded,
     Kind::FairParked,
@@ -51,6 +53,7 @@ const ALL: [Kind; 9] = [
     Kind::Pl,
     Kind::Flock,
     Kind::Ofd,
+    Kind::Floor,
 ];
 
 /// Runs `$body` with `$C` bound to the competitor type of `$k`.
@@ -93,6 +96,10 @@ macro_rules! with_kind {
                 type $C = Ofd;
                 $body
             }
+            Kind::Floor => {
+                type $C = FifoFloor;
+                $body
+            }
         }
     };
 }
@@ -112,6 +119,7 @@ impl Kind {
             Kind::Pl => "pl",
             Kind::Flock => "flock",
             Kind::Ofd => "ofd",
+            Kind::Floor => "floor",
         }
     }
     fn parse(s: &str) -> Kind {
@@ -639,6 +647,7 @@ fn contended(ctx: &Ctx) {
         Kind::Pl,
         Kind::Flock,
         Kind::Ofd,
+        Kind::Floor,
     ];
     let process_kinds = [
         Kind::Fair,
