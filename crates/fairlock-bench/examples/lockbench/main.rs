@@ -792,6 +792,10 @@ struct FutexHandoff {
     /// wait with a timer ~1 ms away wakes ~2 µs later than one with none or a far one; the
     /// timed floor shows that cost apart from the lock's.
     timeout_us: u64,
+    /// Wait with `futex_waitv` on this word and a second one that never changes, with a
+    /// timeout 10 s away, as fairlock's parked next-in-line waiter sleeps on its slot and the
+    /// holder's beacon (its backstop is 10 s).
+    waitv: bool,
 }
 
 fn futex_word(a: &AtomicU64) -> *const u32 {
@@ -805,6 +809,10 @@ impl Handoff for FutexHandoff {
             let v = w.load(Acquire);
             if v == i + 1 {
                 return now_ns();
+            }
+            if self.waitv {
+                waitv_two(futex_word(w), v as u32, futex_word(self.shm.at(1)));
+                continue;
             }
             let ts = libc::timespec {
                 tv_sec: (self.timeout_us / 1_000_000) as libc::time_t,
@@ -837,6 +845,54 @@ impl Handoff for FutexHandoff {
         // SAFETY: as in `wait`; FUTEX_WAKE only uses the address as a key.
         unsafe { libc::syscall(libc::SYS_futex, futex_word(w), libc::FUTEX_WAKE, 1i32) };
         t0
+    }
+}
+
+/// `futex_waitv` on `a` (expecting `va`) and `b` (expecting 0), until 10 s from now.
+fn waitv_two(a: *const u32, va: u32, b: *const u32) {
+    #[repr(C)]
+    struct WaitV {
+        val: u64,
+        uaddr: u64,
+        flags: u32,
+        reserved: u32,
+    }
+    const FUTEX2_SIZE_U32: u32 = 0x02;
+    let v = [
+        WaitV {
+            val: u64::from(va),
+            uaddr: a as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        },
+        WaitV {
+            val: 0,
+            uaddr: b as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        },
+    ];
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the current time into `now`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let until = libc::timespec {
+        tv_sec: now.tv_sec + 10,
+        tv_nsec: now.tv_nsec,
+    };
+    // SAFETY: `v` is an array of two `struct futex_waitv` naming live, aligned words of a
+    // shared mapping, which the call only reads; `until` lives for the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex_waitv,
+            v.as_ptr(),
+            2u32,
+            0u32,
+            &until as *const libc::timespec,
+            libc::CLOCK_MONOTONIC,
+        );
     }
 }
 
@@ -979,6 +1035,7 @@ enum Entry {
     Line,
     Futex,
     FutexTimed,
+    FutexWaitv,
     PingPong,
 }
 
@@ -989,6 +1046,7 @@ impl Entry {
             Entry::Line => "floor: cache-line hand-off".into(),
             Entry::Futex => "floor: shared-futex wake".into(),
             Entry::FutexTimed => "floor: shared-futex wake, 1 ms timeout".into(),
+            Entry::FutexWaitv => "floor: futex_waitv wake, 2 words, 10 s timeout".into(),
             Entry::PingPong => "floor: futex ping-pong RTT/2".into(),
         }
     }
@@ -1003,7 +1061,10 @@ fn handoff(ctx: &Ctx) {
          rounds: a store to a shared cache line the waiter spins on; a store + `FUTEX_WAKE` of \
          a waiter in `FUTEX_WAIT` on a shared (non-private) futex word of a `MAP_SHARED` \
          mapping, once with no timeout and once with a 1 ms timeout on each wait (fairlock's \
-         parked next-in-line waiter always waits with one: its liveness poll); and tight futex \
+         parked next-in-line waiter always waits with one: its liveness poll); a store + \
+         `FUTEX_WAKE` of a waiter in `futex_waitv` on that word and a second one, with a \
+         timeout 10 s away (as fairlock's parked waiter sleeps on its slot and the holder's \
+         beacon, with its 10 s backstop); and tight futex \
          ping-pong (round trip / 2, no delay). {} rounds (ABBA) of {} hand-offs each.\n",
         ctx.plan.rounds, ctx.plan.handoffs
     );
@@ -1021,6 +1082,7 @@ fn handoff(ctx: &Ctx) {
             Entry::Line,
             Entry::Futex,
             Entry::FutexTimed,
+            Entry::FutexWaitv,
             Entry::PingPong,
         ];
         let label = if parked {
@@ -1041,10 +1103,11 @@ fn handoff(ctx: &Ctx) {
                         with_kind!(k, C => run_lock_handoff::<C>(&path, n, delay))
                     }
                     Entry::Line => run_handoff(Arc::new(LineHandoff::default()), n, delay),
-                    Entry::Futex | Entry::FutexTimed => run_handoff(
+                    Entry::Futex | Entry::FutexTimed | Entry::FutexWaitv => run_handoff(
                         Arc::new(FutexHandoff {
                             shm: Shm::create(&ctx.path("futex"), 8),
                             timeout_us: if e == Entry::FutexTimed { 1000 } else { 0 },
+                            waitv: e == Entry::FutexWaitv,
                         }),
                         n,
                         delay,

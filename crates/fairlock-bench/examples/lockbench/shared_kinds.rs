@@ -392,9 +392,9 @@ pub fn rw(ctx: &Ctx) {
         ("reader-heavy (90 % reads)", 10u64),
         ("writer-heavy (90 % writes)", 90),
     ] {
-        let mut results: [Vec<Figures>; 3] = Default::default();
+        let mut results: [Vec<Figures>; 4] = Default::default();
         for r in 0..ctx.plan.rounds {
-            let mut order = [0usize, 1, 2];
+            let mut order = [0usize, 1, 2, 3];
             if r % 2 == 1 {
                 order.reverse();
             }
@@ -402,12 +402,13 @@ pub fn rw(ctx: &Ctx) {
                 let f = match k {
                     0 => rw_trial::<FairRw>(ctx, THREADS, write_pct, CS),
                     1 => rw_trial::<PthreadRw>(ctx, THREADS, write_pct, CS),
-                    _ => rw_trial::<FlockRw>(ctx, THREADS, write_pct, CS),
+                    2 => rw_trial::<FlockRw>(ctx, THREADS, write_pct, CS),
+                    _ => rw_trial::<FloorRw>(ctx, THREADS, write_pct, CS),
                 };
                 results[k].push(f);
             }
         }
-        let names = [FairRw::NAME, PthreadRw::NAME, FlockRw::NAME];
+        let names = [FairRw::NAME, PthreadRw::NAME, FlockRw::NAME, FloorRw::NAME];
         let rows: Vec<(f64, f64, Vec<String>)> = names
             .iter()
             .zip(results.iter())
@@ -511,6 +512,118 @@ impl SemPeer for PosixSem {
     }
 }
 
+/// The floor of a strictly FIFO semaphore whose waiters sleep: tickets from one `fetch_add`,
+/// a release grants the next ticket that fits (one per release, in ticket order) through a
+/// waiting array of futex words in a shared file mapping; `FUTEX_WAIT` at once, no spin, no
+/// robustness (as the contended scenario's `FIFO futex floor`).
+struct FloorSem(Arc<FloorSemMap>);
+
+const FLOOR_SEM_SLOTS: u32 = 64;
+
+struct FloorSemMap {
+    map: memmap2::MmapMut,
+    permits: u32,
+}
+
+impl FloorSemMap {
+    /// Word 0: the next ticket; 1: releases so far; `2 + k`: slot `k`, `ticket << 1 | sleep`.
+    fn word(&self, i: u32) -> &std::sync::atomic::AtomicU32 {
+        assert!(i < 2 + FLOOR_SEM_SLOTS);
+        // SAFETY: in bounds (the file has 2 + FLOOR_SEM_SLOTS lines of 64 bytes), aligned,
+        // accessed only atomically, and the mapping lives as long as `self`.
+        unsafe {
+            &*(self.map.as_ptr().add(i as usize * 64) as *const std::sync::atomic::AtomicU32)
+        }
+    }
+
+    fn slot(&self, t: u32) -> &std::sync::atomic::AtomicU32 {
+        self.word(2 + t % FLOOR_SEM_SLOTS)
+    }
+}
+
+impl SemPeer for FloorSem {
+    const NAME: &'static str = "FIFO futex floor";
+    fn create(path: &Path, permits: u32) -> Self {
+        assert!(permits < FLOOR_SEM_SLOTS);
+        let _ = std::fs::remove_file(path);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .expect("floor semaphore file");
+        f.set_len(u64::from(2 + FLOOR_SEM_SLOTS) * 64)
+            .expect("floor semaphore size");
+        // SAFETY: a new file of this run, accessed only through atomics in this mapping.
+        let map = unsafe { memmap2::MmapMut::map_mut(&f) }.expect("floor semaphore map");
+        let m = FloorSemMap { map, permits };
+        for t in 0..permits {
+            // Relaxed: before any thread is started.
+            m.slot(t).store(t << 1, std::sync::atomic::Ordering::Relaxed);
+        }
+        FloorSem(Arc::new(m))
+    }
+    fn handle(&self) -> Self {
+        FloorSem(Arc::clone(&self.0))
+    }
+    fn with(&self, f: &mut dyn FnMut()) -> Option<u64> {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+        let m = &self.0;
+        let t = m.word(0).fetch_add(1, Relaxed);
+        let slot = m.slot(t);
+        loop {
+            // Acquire: pairs with the Release swap of the release that granted `t`.
+            let v = slot.load(Acquire);
+            if v & !1 == t << 1 {
+                break;
+            }
+            if v & 1 == 0 && slot.compare_exchange(v, v | 1, Relaxed, Relaxed).is_err() {
+                continue;
+            }
+            // SAFETY: FUTEX_WAIT on a live, aligned word of a shared mapping.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    slot.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    v | 1,
+                    std::ptr::null::<libc::timespec>(),
+                );
+            }
+        }
+        f();
+        // Each release grants the next ticket: the one `permits` after the releases so far.
+        let g = m.word(1).fetch_add(1, Relaxed).wrapping_add(m.permits);
+        let next = m.slot(g);
+        // Release: pairs with the Acquire load of ticket `g`'s waiter.
+        if next.swap(g << 1, Release) & 1 != 0 {
+            // SAFETY: FUTEX_WAKE on a live, aligned word; no memory is written.
+            unsafe {
+                libc::syscall(libc::SYS_futex, next.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+            }
+        }
+        Some(u64::from(t))
+    }
+}
+
+/// The floor of a strictly FIFO lock whose waiters sleep, as a reader/writer lock's peer: the
+/// floor semaphore with one permit, reads taken as writes (no batching of readers).
+struct FloorRw(FloorSem);
+
+impl RwPeer for FloorRw {
+    const NAME: &'static str = "FIFO futex floor (exclusive)";
+    fn create(path: &Path) -> Self {
+        FloorRw(FloorSem::create(path, 1))
+    }
+    fn handle(&self) -> Self {
+        FloorRw(self.0.handle())
+    }
+    fn with(&self, _write: bool, f: &mut dyn FnMut()) -> Option<u64> {
+        self.0.with(f)
+    }
+}
+
 /// The semaphore on peer `P`: every acquisition a "write" for the order check (a permit holder
 /// granted while an earlier arrival still waits passed it).
 fn sem_trial<P: SemPeer>(ctx: &Ctx, threads: usize, permits: u32, cs: u64) -> Figures {
@@ -533,18 +646,19 @@ pub fn semaphore(ctx: &Ctx) {
          woke in the other order (6 threads on the CPUs), so for fairlock the token column, \
          which follows the grant order itself, is the measure.\n"
     );
-    let mut results: [Vec<Figures>; 2] = Default::default();
+    let mut results: [Vec<Figures>; 3] = Default::default();
     for r in 0..ctx.plan.rounds {
-        let order = if r % 2 == 0 { [0usize, 1] } else { [1, 0] };
+        let order = if r % 2 == 0 { [0usize, 1, 2] } else { [2, 1, 0] };
         for k in order {
             let f = match k {
                 0 => sem_trial::<FairSem>(ctx, THREADS, PERMITS, CS),
-                _ => sem_trial::<PosixSem>(ctx, THREADS, PERMITS, CS),
+                1 => sem_trial::<PosixSem>(ctx, THREADS, PERMITS, CS),
+                _ => sem_trial::<FloorSem>(ctx, THREADS, PERMITS, CS),
             };
             results[k].push(f);
         }
     }
-    let names = [FairSem::NAME, PosixSem::NAME];
+    let names = [FairSem::NAME, PosixSem::NAME, FloorSem::NAME];
     let head: Vec<String> = [
         "lock",
         "ops/s",
