@@ -675,8 +675,28 @@ fn contended(ctx: &Ctx) {
         ctx.plan.rounds,
         ctx.plan.contended_ns / 1_000_000
     );
+    // `LOCKBENCH_KINDS=fair,floor` keeps only those competitors (by slug) and
+    // `LOCKBENCH_SCENARIOS=8t100,4p10000` only those scenarios (n, t or p, the section in ns):
+    // a run short enough to trace with `perf stat -e sched:sched_switch`.
+    let keep_kinds = std::env::var("LOCKBENCH_KINDS").ok();
+    let keep_scenarios = std::env::var("LOCKBENCH_SCENARIOS").ok();
+    let listed = |list: &Option<String>, item: &str| {
+        list.as_deref()
+            .is_none_or(|l| l.split(',').any(|x| x.trim() == item))
+    };
     for (procs, n, cs) in scenarios {
-        let kinds: &[Kind] = if procs { &process_kinds } else { &thread_kinds };
+        if !listed(
+            &keep_scenarios,
+            &format!("{n}{}{cs}", if procs { 'p' } else { 't' }),
+        ) {
+            continue;
+        }
+        let kinds: Vec<Kind> = (if procs { &process_kinds[..] } else { &thread_kinds[..] })
+            .iter()
+            .copied()
+            .filter(|k| listed(&keep_kinds, k.slug()))
+            .collect();
+        let kinds: &[Kind] = &kinds;
         let label = format!(
             "{n} {}, {} critical section",
             if procs { "processes" } else { "threads" },
