@@ -655,6 +655,7 @@ fn contended(ctx: &Ctx) {
         Kind::Pthread,
         Kind::Flock,
         Kind::Ofd,
+        Kind::Floor,
     ];
     let mut scenarios: Vec<(bool, usize, u64)> = Vec::new();
     for cs in [100u64, 10_000] {
@@ -675,22 +676,30 @@ fn contended(ctx: &Ctx) {
         ctx.plan.rounds,
         ctx.plan.contended_ns / 1_000_000
     );
-    // `LOCKBENCH_KINDS=fair,floor` keeps only those competitors (by slug) and
-    // `LOCKBENCH_SCENARIOS=8t100,4p10000` only those scenarios (n, t or p, the section in ns):
-    // a run short enough to trace with `perf stat -e sched:sched_switch`.
+    // `LOCKBENCH_KINDS=fair,floor` keeps only those competitors (by slug), and
+    // `LOCKBENCH_SCENARIOS=8t100,6p20000` runs those scenarios instead (n, `t`hreads or
+    // `p`rocesses, the section in ns): a run short enough to trace with `perf stat`, or the
+    // shape of another bench (`fairlock demo`'s contention is 6p20000).
     let keep_kinds = std::env::var("LOCKBENCH_KINDS").ok();
-    let keep_scenarios = std::env::var("LOCKBENCH_SCENARIOS").ok();
+    if let Ok(list) = std::env::var("LOCKBENCH_SCENARIOS") {
+        scenarios = list
+            .split(',')
+            .map(|x| {
+                let x = x.trim();
+                let at = x
+                    .find(['t', 'p'])
+                    .unwrap_or_else(|| panic!("LOCKBENCH_SCENARIOS: {x} is not like 8t100"));
+                let n = x[..at].parse().expect("LOCKBENCH_SCENARIOS: a count");
+                let cs = x[at + 1..].parse().expect("LOCKBENCH_SCENARIOS: a section in ns");
+                (&x[at..=at] == "p", n, cs)
+            })
+            .collect();
+    }
     let listed = |list: &Option<String>, item: &str| {
         list.as_deref()
             .is_none_or(|l| l.split(',').any(|x| x.trim() == item))
     };
     for (procs, n, cs) in scenarios {
-        if !listed(
-            &keep_scenarios,
-            &format!("{n}{}{cs}", if procs { 'p' } else { 't' }),
-        ) {
-            continue;
-        }
         let kinds: Vec<Kind> = (if procs { &process_kinds[..] } else { &thread_kinds[..] })
             .iter()
             .copied()
