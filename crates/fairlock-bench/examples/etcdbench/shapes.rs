@@ -6,6 +6,13 @@
 //!   delete);
 //! * **fairlock's shape, raw**: the requests of a fairlock-etcd cycle, the same way (the join
 //!   with its reads and the nested grant; the release with the record and the receipt);
+//! * **fairlock's shape, session keys** (a design not built): the same requests, with the
+//!   queue key and the receipt named once per session (`q/LEASE`, `r/LEASE`) instead of once
+//!   per acquisition, so that etcd's index does not grow with every acquisition;
+//! * **… and no grant record** (a design not built): session keys, and no `held` record — the
+//!   join puts the key, deletes the last receipt and reads the queue's first key (as Go's
+//!   does); the release deletes the key and writes the receipt; the token would be the key's
+//!   own create revision;
 //! * **fairlock-etcd, async**: `AsyncEtcdLock` on a current-thread runtime;
 //! * **fairlock-etcd, blocking**: `EtcdLock` (its calls run on the session's runtime thread).
 //!
@@ -22,9 +29,11 @@ use etcd_client::{
 
 use crate::stats::table;
 
-const SHAPES: [&str; 4] = [
+const SHAPES: [&str; 6] = [
     "Go's shape, raw etcd-client",
     "fairlock's shape, raw etcd-client",
+    "fairlock's shape, session keys",
+    "… and no grant record",
     "fairlock-etcd, async",
     "fairlock-etcd, blocking",
 ];
@@ -77,9 +86,11 @@ pub fn run(endpoints: &[String], seconds: f64, rounds: usize, compact: bool) {
                     0 => rt.block_on(go_cycle(&client, lease)),
                     1 => {
                         seq += 1;
-                        rt.block_on(fairlock_cycle(&client, lease, seq));
+                        rt.block_on(fairlock_cycle(&client, lease, Naming::PerAcquisition(seq)));
                     }
-                    2 => rt.block_on(async {
+                    2 => rt.block_on(fairlock_cycle(&client, lease, Naming::PerSession)),
+                    3 => rt.block_on(recordless_cycle(&client, lease)),
+                    4 => rt.block_on(async {
                         let g = lock.lock().await.expect("lock");
                         g.unlock().await.expect("unlock");
                     }),
@@ -150,13 +161,23 @@ async fn go_cycle(client: &Client, lease: i64) {
 /// our key, delete the last receipt, the nested grant, whose other branch — taken when the
 /// queue is not empty — reads the two newest keys and the record) and the release (delete our
 /// key, write the record and our receipt).
-async fn fairlock_cycle(client: &Client, lease: i64, seq: u64) {
-    let queue = b"fairlock/shape-raw/q/".to_vec();
-    let held = b"fairlock/shape-raw/held".to_vec();
-    let entry = format!("{lease:016x}-{seq}");
+async fn fairlock_cycle(client: &Client, lease: i64, naming: Naming) {
+    let base = match naming {
+        Naming::PerAcquisition(_) => "fairlock/shape-raw",
+        Naming::PerSession => "fairlock/shape-session",
+    };
+    let queue = format!("{base}/q/").into_bytes();
+    let held = format!("{base}/held").into_bytes();
+    let (entry, last) = match naming {
+        Naming::PerAcquisition(seq) => (
+            format!("{lease:016x}-{seq}"),
+            format!("{lease:016x}-{}", seq - 1),
+        ),
+        Naming::PerSession => (format!("{lease:016x}"), format!("{lease:016x}")),
+    };
     let key = [queue.as_slice(), entry.as_bytes()].concat();
-    let receipt = format!("fairlock/shape-raw/r/{entry}").into_bytes();
-    let last_receipt = format!("fairlock/shape-raw/r/{lease:016x}-{}", seq - 1).into_bytes();
+    let receipt = format!("{base}/r/{entry}").into_bytes();
+    let last_receipt = format!("{base}/r/{last}").into_bytes();
     let leased = || Some(PutOptions::new().with_lease(lease));
     let absent = |k: &[u8]| Compare::create_revision(k.to_vec(), CompareOp::Equal, 0);
     let record = format!("held @{entry} clean");
@@ -198,8 +219,14 @@ async fn fairlock_cycle(client: &Client, lease: i64, seq: u64) {
             ),
             TxnOp::get(held.clone(), None),
         ]);
+    // With session names the receipt is the last acquisition's, deleted by this join: its
+    // guard would have to compare the receipt's value (not built); here only the key's.
+    let guards = match naming {
+        Naming::PerAcquisition(_) => vec![absent(&key), absent(&receipt)],
+        Naming::PerSession => vec![absent(&key)],
+    };
     let join = Txn::new()
-        .when([absent(&key), absent(&receipt)])
+        .when(guards)
         .and_then([
             TxnOp::put(key.clone(), "pid=0", leased()),
             TxnOp::delete(last_receipt, None),
@@ -219,6 +246,61 @@ async fn fairlock_cycle(client: &Client, lease: i64, seq: u64) {
             TxnOp::delete(key, None),
             TxnOp::put(held, released.clone(), None),
             TxnOp::put(receipt, released, leased()),
+        ]);
+    let done = kv.txn(release).await.expect("the release");
+    assert!(done.succeeded(), "the raw release found the lock not ours");
+}
+
+/// How a shape names the queue key and the receipt.
+#[derive(Clone, Copy)]
+enum Naming {
+    /// Once per acquisition (`LEASE-SEQ`), as fairlock-etcd does.
+    PerAcquisition(u64),
+    /// Once per session (`LEASE`): a design not built.
+    PerSession,
+}
+
+/// A design not built: session keys and no grant record. The join puts the key (with the
+/// session's lease), deletes the last receipt and reads the queue's first key (the holder: as
+/// Go's mutex reads it); the release deletes the key and writes the receipt.
+async fn recordless_cycle(client: &Client, lease: i64) {
+    let queue = b"fairlock/shape-norecord/q/".to_vec();
+    let entry = format!("{lease:016x}");
+    let key = [queue.as_slice(), entry.as_bytes()].concat();
+    let receipt = format!("fairlock/shape-norecord/r/{entry}").into_bytes();
+    let first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+        .with_keys_only();
+    let join = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(
+                key.clone(),
+                "pid=0",
+                Some(PutOptions::new().with_lease(lease)),
+            ),
+            TxnOp::delete(receipt.clone(), None),
+            TxnOp::get(queue.clone(), Some(first)),
+        ])
+        .or_else([TxnOp::get(key.clone(), None)]);
+    let mut kv = client.kv_client();
+    let joined = kv.txn(join).await.expect("the join");
+    let token = joined.header().map(|h| h.revision()).unwrap_or(0);
+    let release = Txn::new()
+        .when([Compare::create_revision(
+            key.clone(),
+            CompareOp::Equal,
+            token,
+        )])
+        .and_then([
+            TxnOp::delete(key, None),
+            TxnOp::put(
+                receipt,
+                format!("released {token}"),
+                Some(PutOptions::new().with_lease(lease)),
+            ),
         ]);
     let done = kv.txn(release).await.expect("the release");
     assert!(done.succeeded(), "the raw release found the lock not ours");
