@@ -25,3 +25,21 @@ pub fn monotonic_ns() -> u64 {
 pub fn coarse_ns() -> u64 {
     read(libc::CLOCK_MONOTONIC_COARSE)
 }
+
+/// Sleeps until `CLOCK_MONOTONIC` reaches `until_ns` (or a signal: the caller looks again).
+pub fn sleep_until_ns(until_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (until_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (until_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `ts` is a valid timespec for the call; with TIMER_ABSTIME nothing is written to
+    // the remainder, which is null.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            core::ptr::null_mut(),
+        );
+    }
+}

@@ -39,9 +39,10 @@ pub fn wait(word: &AtomicU64, expected: u32, until_ns: Option<u64>) {
     }
 }
 
-/// Set once `futex_waitv` failed for a reason other than a signal, a changed word or the
-/// timeout (`ENOSYS` before Linux 5.16, `EPERM` under a seccomp profile that predates it):
-/// from then on the process does not watch beacons ([`waitv_works`]).
+/// Set once `futex_waitv` failed for a reason other than a signal, a changed word, the
+/// timeout or a word the kernel could not read (`ENOSYS` before Linux 5.16, `EPERM` under a
+/// seccomp profile that predates it): from then on the process does not watch beacons
+/// ([`waitv_works`]).
 static WAITV_BROKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether `futex_waitv` can be used (it has not failed in this process).
@@ -131,16 +132,24 @@ fn wait_any(word: &AtomicU64, expected: u32, others: &[(*const u32, u32)], until
             libc::CLOCK_MONOTONIC,
         )
     };
-    let refused = r < 0
-        && !matches!(
-            std::io::Error::last_os_error().raw_os_error(),
-            Some(libc::EINTR | libc::EAGAIN | libc::ETIMEDOUT)
-        );
-    if refused {
-        WAITV_BROKEN.store(true, std::sync::atomic::Ordering::Relaxed);
-        let now = super::clock::monotonic_ns();
-        let cap = now.saturating_add(1_000_000);
-        wait(word, expected, Some(until_ns.map_or(cap, |u| u.min(cap))));
+    if r >= 0 {
+        return;
+    }
+    let now = super::clock::monotonic_ns();
+    let cap = now.saturating_add(1_000_000);
+    let cap = until_ns.map_or(cap, |u| u.min(cap));
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EINTR | libc::EAGAIN | libc::ETIMEDOUT) => {}
+        // A word the kernel could not read: a page of the lock file that a truncation took
+        // away between our last look at the word and the call (our own loads of it would now
+        // fault and be mapped over: `sys::sigbus`). Not a refusal of `futex_waitv`: the
+        // process goes on watching beacons. No futex call on that word can sleep, so sleep on
+        // the clock, at most 1 ms, and let the caller look again (its view is broken now).
+        Some(libc::EFAULT) => super::clock::sleep_until_ns(cap),
+        _ => {
+            WAITV_BROKEN.store(true, std::sync::atomic::Ordering::Relaxed);
+            wait(word, expected, Some(cap));
+        }
     }
 }
 
@@ -214,5 +223,46 @@ mod tests {
             started.elapsed()
         );
         assert_eq!(woken.load(SeqCst), 2);
+    }
+
+    /// A word the kernel cannot read (a page of a shared file mapping past the file's end, as
+    /// after a truncation between a waiter's look and its call) makes `futex_waitv` fail with
+    /// `EFAULT`: the wait sleeps on the clock instead (no spin) and the process keeps watching
+    /// beacons — it is not a refusal of the call.
+    #[test]
+    #[cfg_attr(miri, ignore = "system calls on a file mapping")]
+    fn a_word_the_kernel_cannot_read_does_not_stop_beacon_watching() {
+        let dir = std::env::temp_dir().join(format!("fairlock-efault-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(4096).unwrap();
+        let map = memmap2::MmapRaw::map_raw(&file).unwrap();
+        file.set_len(0).unwrap();
+        // SAFETY: an aligned address inside a live mapping; only the kernel reads it (and
+        // fails: the page is past the file's end), never this thread.
+        let word = unsafe { &*map.as_ptr().cast::<AtomicU64>() };
+        let beacon = AtomicU32::new(0);
+        assert!(waitv_works());
+        let started = Instant::now();
+        let until = super::super::clock::monotonic_ns() + 20_000_000;
+        wait_watching(word, 0, &beacon, 0, None, Some(until));
+        let took = started.elapsed();
+        assert!(
+            waitv_works(),
+            "an unreadable word made the process stop watching beacons"
+        );
+        assert!(
+            took >= Duration::from_micros(900),
+            "the wait on an unreadable word returned at once ({took:?}): its caller would spin"
+        );
+        drop(map);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

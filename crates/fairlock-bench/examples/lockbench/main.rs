@@ -690,7 +690,9 @@ fn contended(ctx: &Ctx) {
                     .find(['t', 'p'])
                     .unwrap_or_else(|| panic!("LOCKBENCH_SCENARIOS: {x} is not like 8t100"));
                 let n = x[..at].parse().expect("LOCKBENCH_SCENARIOS: a count");
-                let cs = x[at + 1..].parse().expect("LOCKBENCH_SCENARIOS: a section in ns");
+                let cs = x[at + 1..]
+                    .parse()
+                    .expect("LOCKBENCH_SCENARIOS: a section in ns");
                 (&x[at..=at] == "p", n, cs)
             })
             .collect();
@@ -700,11 +702,15 @@ fn contended(ctx: &Ctx) {
             .is_none_or(|l| l.split(',').any(|x| x.trim() == item))
     };
     for (procs, n, cs) in scenarios {
-        let kinds: Vec<Kind> = (if procs { &process_kinds[..] } else { &thread_kinds[..] })
-            .iter()
-            .copied()
-            .filter(|k| listed(&keep_kinds, k.slug()))
-            .collect();
+        let kinds: Vec<Kind> = (if procs {
+            &process_kinds[..]
+        } else {
+            &thread_kinds[..]
+        })
+        .iter()
+        .copied()
+        .filter(|k| listed(&keep_kinds, k.slug()))
+        .collect();
         let kinds: &[Kind] = &kinds;
         let label = format!(
             "{n} {}, {} critical section",

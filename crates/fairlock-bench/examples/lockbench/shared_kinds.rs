@@ -531,9 +531,7 @@ impl FloorSemMap {
         assert!(i < 2 + FLOOR_SEM_SLOTS);
         // SAFETY: in bounds (the file has 2 + FLOOR_SEM_SLOTS lines of 64 bytes), aligned,
         // accessed only atomically, and the mapping lives as long as `self`.
-        unsafe {
-            &*(self.map.as_ptr().add(i as usize * 64) as *const std::sync::atomic::AtomicU32)
-        }
+        unsafe { &*(self.map.as_ptr().add(i as usize * 64) as *const std::sync::atomic::AtomicU32) }
     }
 
     fn slot(&self, t: u32) -> &std::sync::atomic::AtomicU32 {
@@ -560,7 +558,8 @@ impl SemPeer for FloorSem {
         let m = FloorSemMap { map, permits };
         for t in 0..permits {
             // Relaxed: before any thread is started.
-            m.slot(t).store(t << 1, std::sync::atomic::Ordering::Relaxed);
+            m.slot(t)
+                .store(t << 1, std::sync::atomic::Ordering::Relaxed);
         }
         FloorSem(Arc::new(m))
     }
@@ -648,7 +647,11 @@ pub fn semaphore(ctx: &Ctx) {
     );
     let mut results: [Vec<Figures>; 3] = Default::default();
     for r in 0..ctx.plan.rounds {
-        let order = if r % 2 == 0 { [0usize, 1, 2] } else { [2, 1, 0] };
+        let order = if r % 2 == 0 {
+            [0usize, 1, 2]
+        } else {
+            [2, 1, 0]
+        };
         for k in order {
             let f = match k {
                 0 => sem_trial::<FairSem>(ctx, THREADS, PERMITS, CS),
