@@ -199,6 +199,17 @@ class Semaphore:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None: ...
+    def acquire_async(self, timeout: Optional[float] = None) -> "Awaitable[bool]":
+        """Waits in line for a permit without blocking the event loop (asyncio); True once
+        taken, False after ``timeout`` seconds. Cancelling the awaiting task gives the place
+        (or the permit) up."""
+    async def __aenter__(self) -> bool: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None: ...
     def __reduce__(
         self,
     ) -> Tuple[Callable[..., "Semaphore"], Tuple[str, int, Optional[str], Optional[float]]]: ...

@@ -1,5 +1,5 @@
-"""asyncio: ``await lock.acquire_async()`` and ``async with lock:`` (``fairlock.Lock`` and the
-sides of a ``fairlock.RWLock``), waiting without blocking the event loop, in arrival order,
+"""asyncio: ``await lock.acquire_async()`` and ``async with lock:`` (``fairlock.Lock``, the
+sides of a ``fairlock.RWLock``, a ``fairlock.Semaphore``'s permits), waiting without blocking the event loop, in arrival order,
 and giving the place up at once when the awaiting task is cancelled."""
 
 import asyncio
@@ -214,3 +214,66 @@ def test_a_loop_closed_while_a_task_waits_gives_the_grant_back(lock_path):
         gc.collect()
         time.sleep(0.01)
     holder.release()
+
+
+def test_semaphore_permits_are_awaited_in_order(lock_path):
+    """``fairlock.Semaphore``: ``async with sem:`` and ``acquire_async()`` wait for a permit
+    without blocking the loop, granted in the order the tasks asked, at most ``value`` holders
+    at once; a permit taken by a task is the object's, released by ``release()``."""
+    sem = fairlock.Semaphore(lock_path, 2)
+    other = fairlock.Semaphore(lock_path, 2)
+    assert other.acquire() and other.acquire()  # both permits held elsewhere
+    order = []
+    inside = []
+    most = [0]
+
+    async def worker(i):
+        async with sem:
+            inside.append(i)
+            most[0] = max(most[0], len(inside))
+            order.append(i)
+            await asyncio.sleep(0.01)
+            inside.remove(i)
+
+    async def main():
+        tasks = []
+        for i in range(6):
+            tasks.append(asyncio.ensure_future(worker(i)))
+            await asyncio.sleep(0)  # each task takes its place before the next starts
+        await asyncio.sleep(0.05)
+        assert order == [], "a task went in while both permits were held elsewhere"
+        wait_until(lambda: waiters(lock_path) == 6)
+        other.release(2)
+        await asyncio.gather(*tasks)
+        assert await sem.acquire_async(timeout=1) is True
+        assert sem.held == 1 and sem.token > 0
+        sem.release()
+
+    run(main())
+    # Granted in the order asked, two at a time: the two permits released together go to
+    # tasks 0 and 1 (which of them runs first is the loop's choice), each later permit to the
+    # next task in line as a holder leaves (10 ms apart).
+    assert [sorted(order[k : k + 2]) for k in (0, 2, 4)] == [[0, 1], [2, 3], [4, 5]], order
+    assert most[0] == 2
+    assert sem.held == 0
+    assert other.acquire(blocking=False) and other.acquire(blocking=False)
+    other.release(2)
+
+
+def test_a_cancelled_semaphore_wait_gives_its_place_up(lock_path):
+    sem = fairlock.Semaphore(lock_path, 1)
+    holder = fairlock.Semaphore(lock_path, 1)
+    assert holder.acquire()
+
+    async def main():
+        for _ in range(20):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(sem.acquire_async(), 0.001)
+        assert await sem.acquire_async(timeout=0.01) is False
+
+    run(main())
+    assert waiters(lock_path) == 0, "a cancelled wait left its ticket in line"
+    assert sem.held == 0
+    holder.release()
+    assert sem.acquire(blocking=False)
+    sem.release()

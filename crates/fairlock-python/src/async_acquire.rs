@@ -1,6 +1,7 @@
 //! `acquire_async()` (and `async with`) for asyncio, on the library's asynchronous acquisition
 //! (`fairlock::AcquireFuture`): the wait runs on the library's waiter thread, never on the
-//! event loop, and the grant is the process's, kept in the lock object as `acquire()`'s is.
+//! event loop, and the grant is the process's, kept in the lock object as `acquire()`'s is
+//! (by its [`Keep`]: a `Lock`'s or `RWLock` side's grants, a `Semaphore`'s permits).
 //!
 //! How the two meet: `acquire_async()` makes an asyncio future on the running loop and an
 //! [`Acquiring`] that owns the library's future. The library future is polled on the loop's
@@ -20,14 +21,25 @@
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
-use fairlock::AcquireFuture;
+use fairlock::{AcquireFuture, ProcessGuard};
 use pyo3::prelude::*;
 use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
 
 use crate::errors;
 use crate::grants::Grants;
-use crate::handle::Handle;
 use crate::lock_object::duration;
+
+/// Where the grant of an asynchronous acquisition goes once it arrived: the lock object's own
+/// store, as `acquire()`'s grants.
+pub(crate) trait Keep: Send + Sync {
+    fn keep(&self, grant: ProcessGuard);
+}
+
+impl Keep for Grants {
+    fn keep(&self, grant: ProcessGuard) {
+        self.push(grant);
+    }
+}
 
 /// One asynchronous acquisition in progress: the library's future (until it resolved or was
 /// cancelled), the asyncio future that reports it, and where a grant goes.
@@ -36,7 +48,7 @@ pub(crate) struct Acquiring {
     acquire: Mutex<Option<AcquireFuture>>,
     future: Py<PyWeakrefReference>,
     event_loop: Py<PyAny>,
-    grants: Arc<Grants>,
+    keep: Arc<dyn Keep>,
 }
 
 /// The waker of an [`Acquiring`]: schedules its poll on the event loop.
@@ -96,7 +108,7 @@ impl Acquiring {
         drop(acquire);
         match r {
             Ok(grant) => {
-                me.grants.push(grant);
+                me.keep.keep(grant);
                 future.call_method1("set_result", (true,))?;
             }
             Err(fairlock::Error::Timeout { .. }) => {
@@ -129,31 +141,33 @@ impl Acquiring {
     }
 }
 
-/// `acquire_async(timeout)` of a lock object whose grants are its process's (`release`: its
-/// `release` method): the coroutine that returns True once the grant is in `grants`, False at
-/// the timeout, and gives the grant back if its task is cancelled once it arrived.
+/// `acquire_async(timeout)` of a lock object whose grants are its process's: `start_acquisition` makes
+/// the library's acquisition (with the timeout, if any), `keep` keeps its grant, `release` (the
+/// object's `release` method) gives one back. The coroutine returns True once the grant is
+/// kept, False at the timeout, and gives the grant back if its task is cancelled once it
+/// arrived.
 ///
 /// # Errors
 /// `ValueError` for a timeout that is not a positive number of seconds; `RuntimeError`
 /// without a running event loop.
 pub(crate) fn acquire<'py>(
     py: Python<'py>,
-    handle: &Handle,
-    grants: &Arc<Grants>,
+    start_acquisition: impl FnOnce(Option<std::time::Duration>) -> AcquireFuture,
+    keep: Arc<dyn Keep>,
     release: Bound<'py, PyAny>,
     timeout: Option<f64>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let timeout = timeout
         .map(|t| duration("acquire_async: timeout", t))
         .transpose()?;
-    let future = start(py, handle.process_async(timeout), grants)?;
+    let future = start(py, start_acquisition(timeout), keep)?;
     py.import("fairlock._asyncio")?
         .getattr("acquired")?
         .call1((future, release))
 }
 
 /// Starts the asynchronous acquisition `acquire` on the running event loop; returns the
-/// asyncio future that resolves to True once the grant is in `grants`, to False at a timeout
+/// asyncio future that resolves to True once `keep` has the grant, to False at a timeout
 /// (or raises what the library reports).
 ///
 /// # Errors
@@ -161,7 +175,7 @@ pub(crate) fn acquire<'py>(
 fn start<'py>(
     py: Python<'py>,
     acquire: AcquireFuture,
-    grants: &Arc<Grants>,
+    keep: Arc<dyn Keep>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
     let future = event_loop.call_method0("create_future")?;
@@ -171,7 +185,7 @@ fn start<'py>(
             acquire: Mutex::new(Some(acquire)),
             future: PyWeakrefReference::new(&future)?.unbind(),
             event_loop: event_loop.unbind(),
-            grants: Arc::clone(grants),
+            keep,
         },
     )?;
     future.call_method1("add_done_callback", (acquiring.getattr("_done")?,))?;

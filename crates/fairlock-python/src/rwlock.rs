@@ -202,13 +202,25 @@ impl RWLockSide {
     ) -> PyResult<Bound<'py, PyAny>> {
         let me = slf.get();
         let release = slf.getattr("release")?;
-        asynchronous::acquire(slf.py(), &me.handle, &me.grants, release, timeout)
+        asynchronous::acquire(
+            slf.py(),
+            |t| me.handle.process_async(t),
+            me.grants.clone(),
+            release,
+            timeout,
+        )
     }
 
     fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let me = slf.get();
         let release = slf.getattr("release")?;
-        asynchronous::acquire(slf.py(), &me.handle, &me.grants, release, None)
+        asynchronous::acquire(
+            slf.py(),
+            |t| me.handle.process_async(t),
+            me.grants.clone(),
+            release,
+            None,
+        )
     }
 
     #[pyo3(signature = (*_exc))]

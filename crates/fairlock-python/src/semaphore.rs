@@ -7,12 +7,13 @@ use std::ffi::OsString;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fairlock::{Error, FairLock, FairSemaphore, SemaphorePermit};
+use fairlock::{Error, FairLock, FairSemaphore, ProcessGuard, SemaphorePermit};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::acquire::{Wait, try_then_wait, wait_with_signals};
+use crate::async_acquire::{self as asynchronous, Keep};
 use crate::errors;
 use crate::held;
 use crate::lock_object::{LockPath, duration, name_of};
@@ -37,14 +38,15 @@ use crate::lock_object::{LockPath, duration, name_of};
 /// A process that dies holding permits gives them back (the next grant is told
 /// ``owner_died``, see ``owner_died``). ``name``: the semaphore of that name in a file of named
 /// locks. With a ``lease``, each permit has its own lease: a process may hold several leased
-/// permits at once, from one thread or many.
+/// permits at once, from one thread or many. ``await sem.acquire_async(timeout=None)`` and
+/// ``async with sem:`` wait for a permit without blocking the event loop (asyncio).
 #[pyclass(frozen, weakref, module = "fairlock", name = "Semaphore")]
 pub(crate) struct Semaphore {
     // Declared before `sem`: fields drop in order, so the permits are given back while the
     // semaphore they borrow from is alive.
     /// The permits this object holds, oldest first, each with the fork generation it was
     /// acquired in (a forked child's inherited permits are its parent's).
-    permits: Mutex<Vec<(u64, SemaphorePermit<'static>)>>,
+    permits: Mutex<Vec<(u64, Permit)>>,
     sem: Arc<FairSemaphore>,
     value: u32,
     name: Option<String>,
@@ -53,7 +55,41 @@ pub(crate) struct Semaphore {
     last_grant: Mutex<Option<(u64, bool)>>,
 }
 
+/// A permit this object holds: taken by `acquire()` (a thread's wait), or by
+/// `acquire_async()` (the process's grant, made on the library's waiter thread).
+enum Permit {
+    Taken(SemaphorePermit<'static>),
+    Process(ProcessGuard),
+}
+
+impl Permit {
+    fn unlock(self) -> fairlock::Result<()> {
+        match self {
+            Permit::Taken(p) => p.unlock(),
+            Permit::Process(g) => g.unlock(),
+        }
+    }
+}
+
+/// Where an `acquire_async()` permit goes: the object's permits.
+struct Permits(Py<Semaphore>);
+
+impl Keep for Permits {
+    fn keep(&self, grant: ProcessGuard) {
+        let sem = self.0.get();
+        sem.remember(grant.token(), grant.owner_died());
+        sem.permits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((held::fork_generation(), Permit::Process(grant)));
+    }
+}
+
 impl Semaphore {
+    fn remember(&self, token: u64, owner_died: bool) {
+        *self.last_grant.lock().unwrap_or_else(|e| e.into_inner()) = Some((token, owner_died));
+    }
+
     /// Keeps `permit`, taken from `self.sem`.
     fn keep(&self, permit: SemaphorePermit<'_>) {
         // SAFETY: `permit` borrows from the `FairSemaphore` in `self.sem`, an `Arc` whose heap
@@ -62,12 +98,11 @@ impl Semaphore {
         // `'static` is never observable: permits are only dropped or unlocked.
         let permit =
             unsafe { std::mem::transmute::<SemaphorePermit<'_>, SemaphorePermit<'static>>(permit) };
-        *self.last_grant.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((permit.token(), permit.owner_died()));
+        self.remember(permit.token(), permit.owner_died());
         self.permits
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((held::fork_generation(), permit));
+            .push((held::fork_generation(), Permit::Taken(permit)));
     }
 
     /// Waits in line with the GIL released; a signal handler that raises (Ctrl-C on the main
@@ -170,7 +205,7 @@ impl Semaphore {
         if n < 1 {
             return Err(PyValueError::new_err("n must be one or more"));
         }
-        let taken: Vec<(u64, SemaphorePermit<'static>)> = {
+        let taken: Vec<(u64, Permit)> = {
             let mut permits = self.permits.lock().unwrap_or_else(|e| e.into_inner());
             let inherited = forget_inherited(&mut permits);
             if (permits.len() as i64) < n {
@@ -231,6 +266,34 @@ impl Semaphore {
             .ok_or_else(|| PyRuntimeError::new_err("no permit acquired yet"))
     }
 
+    /// Waits in line for a permit without blocking the event loop (asyncio): ``await
+    /// sem.acquire_async()`` returns True once this object holds one more permit, as
+    /// ``acquire()`` would; ``timeout`` (seconds) gives the place up and returns False when
+    /// the time is out. The waiting is done by a thread of the library's own; the place in line
+    /// is taken at the call. Cancelling the awaiting task gives the place up at once (or the
+    /// permit back, if it had arrived). ``async with sem:`` does the same.
+    #[pyo3(signature = (timeout = None))]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Self::start_async(slf, timeout)
+    }
+
+    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        Self::start_async(slf, None)
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc: &Bound<'_, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.release(py, 1)?;
+        asynchronous::done(py)
+    }
+
     fn __enter__(&self, py: Python<'_>) -> PyResult<bool> {
         self.acquire(py, true, None)
     }
@@ -274,7 +337,7 @@ impl Semaphore {
 /// table) and as diskcache's semaphore count stays taken.
 struct Orphan {
     // Before `_sem`: see `Semaphore`'s fields.
-    _permits: Vec<(u64, SemaphorePermit<'static>)>,
+    _permits: Vec<(u64, Permit)>,
     _sem: Arc<FairSemaphore>,
 }
 
@@ -296,6 +359,26 @@ impl Drop for Semaphore {
 }
 
 impl Semaphore {
+    /// `acquire_async(timeout)` and `async with`: the library's asynchronous acquisition of a
+    /// permit, kept in this object's permits once it arrives.
+    fn start_async<'py>(
+        slf: &Bound<'py, Self>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let me = slf.get();
+        let release = slf.getattr("release")?;
+        asynchronous::acquire(
+            slf.py(),
+            |t| match t {
+                Some(d) => me.sem.acquire_async_timeout(d),
+                None => me.sem.acquire_async(),
+            },
+            Arc::new(Permits(slf.clone().unbind())),
+            release,
+            timeout,
+        )
+    }
+
     fn last(&self) -> Option<(u64, bool)> {
         *self.last_grant.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -304,7 +387,7 @@ impl Semaphore {
 /// Takes the permits inherited through `fork` (the parent's: the library releases nothing of
 /// them in the child) out of `permits`, so that a child's `release()` gives back its own; true
 /// if there were any.
-fn forget_inherited(permits: &mut Vec<(u64, SemaphorePermit<'static>)>) -> bool {
+fn forget_inherited(permits: &mut Vec<(u64, Permit)>) -> bool {
     let generation = held::fork_generation();
     let before = permits.len();
     permits.retain_mut(|(g, _)| *g == generation);
