@@ -1075,6 +1075,18 @@ enum Entry {
 }
 
 impl Entry {
+    /// The entry's name in `LOCKBENCH_KINDS`.
+    fn slug(self) -> &'static str {
+        match self {
+            Entry::Lock(k) => k.slug(),
+            Entry::Line => "line",
+            Entry::Futex => "futex",
+            Entry::FutexTimed => "futex-timed",
+            Entry::FutexWaitv => "futex-waitv",
+            Entry::PingPong => "ping-pong",
+        }
+    }
+
     fn name(self) -> String {
         match self {
             Entry::Lock(k) => k.name().into(),
@@ -1120,6 +1132,17 @@ fn handoff(ctx: &Ctx) {
             Entry::FutexWaitv,
             Entry::PingPong,
         ];
+        // `LOCKBENCH_KINDS` (see `contended`) keeps only the entries it names.
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .filter(|e| {
+                std::env::var("LOCKBENCH_KINDS")
+                    .map_or(true, |l| l.split(',').any(|x| x.trim() == e.slug()))
+            })
+            .collect();
+        if entries.is_empty() {
+            continue;
+        }
         let label = if parked {
             "to a parked waiter (fairlock with spin = 0; 300 µs hold)"
         } else {
