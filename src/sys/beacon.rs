@@ -348,7 +348,9 @@ pub fn attach(identity: u64, index: u32) -> Option<Attachment> {
         return None;
     };
     BASES[i].store(base, Relaxed);
-    USERS[i].store(1, SeqCst);
+    // Added, not stored: a lookup that read the entry's previous key before it was emptied may
+    // have counted itself in and not yet taken itself back out (`lookup`).
+    USERS[i].fetch_add(1, SeqCst);
     // SeqCst: publishes the base (Relaxed store before it) to lookups that see the key.
     KEYS[i].store(identity, SeqCst);
     Some(Attachment {
@@ -429,4 +431,56 @@ fn tid_and_beacon_slow(gen_now: u64) -> (u32, u32) {
     let b = thread_beacon().map_or(u32::MAX, |i| i + 1);
     TID_BEACON.with(|c| c.set((gen_now, tid, b)));
     (tid, if b == u32::MAX { 0 } else { b })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lookup that read an entry's key, then lost the entry to an eviction and a new
+    /// attachment before it counted itself in, takes itself back out: the new attachment must
+    /// still count as a user, or the table could detach its segment under its wait (and a
+    /// later look at the beacon word would fault). The lookup's steps are made by hand, in an
+    /// order the scheduler allows.
+    #[test]
+    #[cfg_attr(miri, ignore = "SysV shared memory")]
+    fn a_lookup_that_lost_its_entry_does_not_uncount_a_new_attachment() {
+        let (Some(sx), Some(sz)) = (create(), create()) else {
+            return; // no SysV shared memory here: nothing to attach
+        };
+        let (x, z) = (key_of(sx.id, sx.nonce), key_of(sz.id, sz.nonce));
+        let ax = attach(x, 0).expect("attach x");
+        let i = ax.entry.expect("a table entry");
+        drop(ax); // no user; the entry keeps x
+        assert_eq!(KEYS[i].load(SeqCst), x); // the lookup for x reads x here
+        evict(i); // the entry is emptied meanwhile
+        USERS[i].fetch_add(1, SeqCst); // the lookup counts itself in
+        let az = attach(z, 0).expect("attach z");
+        let same_entry = az.entry == Some(i);
+        if same_entry {
+            assert_ne!(KEYS[i].load(SeqCst), x); // the lookup sees another key: out again
+        }
+        USERS[i].fetch_sub(1, SeqCst);
+        let users = az.entry.map(|e| USERS[e].load(SeqCst));
+        if users == Some(0) {
+            // (Without the fix: keep the drop below from wrapping the count.)
+            USERS[i].store(1, SeqCst);
+        }
+        drop(az);
+        // SAFETY: our own segments, attached by `create`; nothing refers to them any more.
+        unsafe {
+            libc::shmdt(sx.base as *const libc::c_void);
+            libc::shmdt(sz.base as *const libc::c_void);
+        }
+        // Another test's attachment took entry `i` first (tests run side by side in one
+        // process under `cargo test`): the interleaving was not made. Under nextest each test
+        // has the table to itself.
+        if same_entry {
+            assert_eq!(
+                users,
+                Some(1),
+                "a live attachment counted {users:?} users: its segment could be detached under its wait"
+            );
+        }
+    }
 }
