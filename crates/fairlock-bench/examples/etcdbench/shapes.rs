@@ -63,6 +63,11 @@ pub fn run(endpoints: &[String], seconds: f64, rounds: usize, compact: bool) {
         (client, lease, lock)
     });
     let mut seq = 0u64;
+    // Per shape: the time of each cycle's acquiring request(s) and releasing request(s),
+    // summed over every cycle of every round (the cycle traced request by request, from the
+    // client).
+    let mut halves = vec![[Duration::ZERO; 2]; SHAPES.len()];
+    let mut counted = vec![0u32; SHAPES.len()];
     for round in 0..rounds {
         if compact {
             // etcd keeps every deleted key in its index until a compaction, and a range over
@@ -82,20 +87,32 @@ pub fn run(endpoints: &[String], seconds: f64, rounds: usize, compact: bool) {
             let start = Instant::now();
             let mut cycles = 0u64;
             while start.elapsed() < period {
-                match i {
+                let took = match i {
                     0 => rt.block_on(go_cycle(&client, lease)),
                     1 => {
                         seq += 1;
-                        rt.block_on(fairlock_cycle(&client, lease, Naming::PerAcquisition(seq)));
+                        rt.block_on(fairlock_cycle(&client, lease, Naming::PerAcquisition(seq)))
                     }
                     2 => rt.block_on(fairlock_cycle(&client, lease, Naming::PerSession)),
                     3 => rt.block_on(recordless_cycle(&client, lease)),
                     4 => rt.block_on(async {
+                        let t = Instant::now();
                         let g = lock.lock().await.expect("lock");
+                        let locked = t.elapsed();
                         g.unlock().await.expect("unlock");
+                        [locked, t.elapsed() - locked]
                     }),
-                    _ => blocking.lock().expect("lock").unlock().expect("unlock"),
-                }
+                    _ => {
+                        let t = Instant::now();
+                        let g = blocking.lock().expect("lock");
+                        let locked = t.elapsed();
+                        g.unlock().expect("unlock");
+                        [locked, t.elapsed() - locked]
+                    }
+                };
+                halves[i][0] += took[0];
+                halves[i][1] += took[1];
+                counted[i] += 1;
                 cycles += 1;
             }
             let r = cycles as f64 / start.elapsed().as_secs_f64();
@@ -131,10 +148,29 @@ pub fn run(endpoints: &[String], seconds: f64, rounds: usize, compact: bool) {
             &rows
         )
     );
+    let ms = |d: Duration, n: u32| d.as_secs_f64() * 1000.0 / f64::from(n.max(1));
+    let go = [ms(halves[0][0], counted[0]), ms(halves[0][1], counted[0])];
+    let rows: Vec<Vec<String>> = SHAPES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (a, r) = (ms(halves[i][0], counted[i]), ms(halves[i][1], counted[i]));
+            vec![
+                (*name).to_owned(),
+                format!("{a:.3} ms ({:.2}× Go's)", a / go[0]),
+                format!("{r:.3} ms ({:.2}× Go's)", r / go[1]),
+            ]
+        })
+        .collect();
+    println!("\nEach cycle request by request (mean over every cycle, from the client):\n");
+    println!(
+        "{}",
+        table(&["what", "acquire (the join)", "release"], &rows)
+    );
 }
 
 /// One cycle of etcd's `concurrency.Mutex`, as its `Lock` and `Unlock` send it.
-async fn go_cycle(client: &Client, lease: i64) {
+async fn go_cycle(client: &Client, lease: i64) -> [Duration; 2] {
     let prefix = b"shape-go/".to_vec();
     let mut key = prefix.clone();
     key.extend_from_slice(format!("{lease:x}").as_bytes());
@@ -153,15 +189,18 @@ async fn go_cycle(client: &Client, lease: i64) {
             TxnOp::get(prefix.clone(), Some(first)),
         ]);
     let mut kv = client.kv_client();
+    let t = Instant::now();
     kv.txn(txn).await.expect("Go's lock transaction");
+    let locked = t.elapsed();
     kv.delete(key, None).await.expect("Go's unlock");
+    [locked, t.elapsed() - locked]
 }
 
 /// One cycle of fairlock-etcd's requests for an uncontended lock (`queue.rs`): the join (put
 /// our key, delete the last receipt, the nested grant, whose other branch — taken when the
 /// queue is not empty — reads the two newest keys and the record) and the release (delete our
 /// key, write the record and our receipt).
-async fn fairlock_cycle(client: &Client, lease: i64, naming: Naming) {
+async fn fairlock_cycle(client: &Client, lease: i64, naming: Naming) -> [Duration; 2] {
     let base = match naming {
         Naming::PerAcquisition(_) => "fairlock/shape-raw",
         Naming::PerSession => "fairlock/shape-session",
@@ -234,7 +273,9 @@ async fn fairlock_cycle(client: &Client, lease: i64, naming: Naming) {
         ])
         .or_else([TxnOp::get(key.clone(), None)]);
     let mut kv = client.kv_client();
+    let t = Instant::now();
     let joined = kv.txn(join).await.expect("the join");
+    let locked = t.elapsed();
     let token = joined.header().map(|h| h.revision()).unwrap_or(0);
     let released = format!("released {token}");
     let release = Txn::new()
@@ -249,6 +290,7 @@ async fn fairlock_cycle(client: &Client, lease: i64, naming: Naming) {
         ]);
     let done = kv.txn(release).await.expect("the release");
     assert!(done.succeeded(), "the raw release found the lock not ours");
+    [locked, t.elapsed() - locked]
 }
 
 /// How a shape names the queue key and the receipt.
@@ -263,7 +305,7 @@ enum Naming {
 /// A design not built: session keys and no grant record. The join puts the key (with the
 /// session's lease), deletes the last receipt and reads the queue's first key (the holder: as
 /// Go's mutex reads it); the release deletes the key and writes the receipt.
-async fn recordless_cycle(client: &Client, lease: i64) {
+async fn recordless_cycle(client: &Client, lease: i64) -> [Duration; 2] {
     let queue = b"fairlock/shape-norecord/q/".to_vec();
     let entry = format!("{lease:016x}");
     let key = [queue.as_slice(), entry.as_bytes()].concat();
@@ -286,7 +328,9 @@ async fn recordless_cycle(client: &Client, lease: i64) {
         ])
         .or_else([TxnOp::get(key.clone(), None)]);
     let mut kv = client.kv_client();
+    let t = Instant::now();
     let joined = kv.txn(join).await.expect("the join");
+    let locked = t.elapsed();
     let token = joined.header().map(|h| h.revision()).unwrap_or(0);
     let release = Txn::new()
         .when([Compare::create_revision(
@@ -304,4 +348,5 @@ async fn recordless_cycle(client: &Client, lease: i64) {
         ]);
     let done = kv.txn(release).await.expect("the release");
     assert!(done.succeeded(), "the raw release found the lock not ours");
+    [locked, t.elapsed() - locked]
 }

@@ -14,6 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use crate::Ctx;
 use crate::util::{Shm, busy_until, median, now_ns, ns, quantile, rate, ratio_table, table};
 
+/// Whether the peer named `slug` runs: `LOCKBENCH_KINDS` (see the contended scenario), when
+/// set, names the ones that do (`fair`, `pthread`, `flock`, `posix`, `floor`), for a run short
+/// enough to trace.
+fn runs(slug: &str) -> bool {
+    std::env::var("LOCKBENCH_KINDS").map_or(true, |l| l.split(',').any(|x| x.trim() == slug))
+}
+
 /// A reader/writer lock under test; one value per thread.
 trait RwPeer: Send + Sync + Sized + 'static {
     const NAME: &'static str;
@@ -399,6 +406,9 @@ pub fn rw(ctx: &Ctx) {
                 order.reverse();
             }
             for k in order {
+                if !runs(["fair", "pthread", "flock", "floor"][k]) {
+                    continue;
+                }
                 let f = match k {
                     0 => rw_trial::<FairRw>(ctx, THREADS, write_pct, CS),
                     1 => rw_trial::<PthreadRw>(ctx, THREADS, write_pct, CS),
@@ -408,10 +418,15 @@ pub fn rw(ctx: &Ctx) {
                 results[k].push(f);
             }
         }
-        let names = [FairRw::NAME, PthreadRw::NAME, FlockRw::NAME, FloorRw::NAME];
+        let (names, results): (Vec<&str>, Vec<&Vec<Figures>>) =
+            [FairRw::NAME, PthreadRw::NAME, FlockRw::NAME, FloorRw::NAME]
+                .into_iter()
+                .zip(results.iter())
+                .filter(|(_, fs)| !fs.is_empty())
+                .unzip();
         let rows: Vec<(f64, f64, Vec<String>)> = names
             .iter()
-            .zip(results.iter())
+            .zip(results)
             .map(|(n, fs)| rw_row(n, fs))
             .collect();
         println!("### {label}\n");
@@ -653,6 +668,9 @@ pub fn semaphore(ctx: &Ctx) {
             [2, 1, 0]
         };
         for k in order {
+            if !runs(["fair", "posix", "floor"][k]) {
+                continue;
+            }
             let f = match k {
                 0 => sem_trial::<FairSem>(ctx, THREADS, PERMITS, CS),
                 1 => sem_trial::<PosixSem>(ctx, THREADS, PERMITS, CS),
@@ -661,7 +679,12 @@ pub fn semaphore(ctx: &Ctx) {
             results[k].push(f);
         }
     }
-    let names = [FairSem::NAME, PosixSem::NAME, FloorSem::NAME];
+    let (names, results): (Vec<&str>, Vec<&Vec<Figures>>) =
+        [FairSem::NAME, PosixSem::NAME, FloorSem::NAME]
+            .into_iter()
+            .zip(results.iter())
+            .filter(|(_, fs)| !fs.is_empty())
+            .unzip();
     let head: Vec<String> = [
         "lock",
         "ops/s",
