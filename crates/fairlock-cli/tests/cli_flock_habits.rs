@@ -73,6 +73,7 @@ fn nonblock_after_a_killed_holder_runs_and_is_told() {
         r#"
         "$FL" run "$D/d.lock" sleep 3 >/dev/null 2>&1 & pid=$!
         i=0; while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
+        i=0; while [ -z "$(pgrep -P $pid)" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done # its command too (it holds the lock first, then forks it)
         kids=$(pgrep -P $pid); kill -9 $pid $kids; wait $pid 2>/dev/null; for k in $kids; do while [ -e /proc/$k ] && ! grep -q '^State:.*Z' /proc/$k/status 2>/dev/null; do sleep 0.01; done; done
         "$FL" status "$D/d.lock"
         "$FL" run -n "$D/d.lock" sh -c 'echo "ran died=$FAIRLOCK_OWNER_DIED"'; echo "n: $?"
@@ -100,6 +101,7 @@ fn zero_and_short_waits_after_a_killed_holder_run() {
             r#"
             "$FL" run "$D/d.lock" sleep 3 >/dev/null 2>&1 & pid=$!
             i=0; while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
+            i=0; while [ -z "$(pgrep -P $pid)" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done # its command too (it holds the lock first, then forks it)
             kids=$(pgrep -P $pid); kill -9 $pid $kids; wait $pid 2>/dev/null; for k in $kids; do while [ -e /proc/$k ] && ! grep -q '^State:.*Z' /proc/$k/status 2>/dev/null; do sleep 0.01; done; done
             "$FL" run -w {w} "$D/d.lock" sh -c 'echo "ran died=$FAIRLOCK_OWNER_DIED"'; echo "w: $?"
             "#
@@ -358,6 +360,7 @@ fn status_says_a_dead_holder_is_dead() {
         "$FL" run "$D/d.lock" sleep 3 >/dev/null 2>&1 & pid=$!
         i=0; while ! "$FL" status "$D/d.lock" 2>/dev/null | grep -q "^holder: *pid" && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
         "$FL" status --json "$D/d.lock"; echo
+        i=0; while [ -z "$(pgrep -P $pid)" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done # its command too (it holds the lock first, then forks it)
         kids=$(pgrep -P $pid); kill -9 $pid $kids; wait $pid 2>/dev/null; for k in $kids; do while [ -e /proc/$k ] && ! grep -q '^State:.*Z' /proc/$k/status 2>/dev/null; do sleep 0.01; done; done
         "$FL" status "$D/d.lock"; "$FL" status --json "$D/d.lock"
         "#,
