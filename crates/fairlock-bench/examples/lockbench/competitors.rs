@@ -425,75 +425,74 @@ impl Competitor for Ofd {
 // ---------------------------------------------------------------------------------------------
 // The floor of a strict FIFO lock whose waiters sleep
 
-/// A bare FIFO ticket lock over a waiting array of futex words in a shared file mapping: a
-/// ticket from one `fetch_add`, a word per slot (64 slots) that the previous holder sets to
-/// the next ticket, `FUTEX_WAIT` on it at once (no spin), `FUTEX_WAKE` only when a waiter set
-/// the word's sleep bit. No robustness, no timeouts, no leases: what a strictly fair lock
-/// whose waiters sleep cannot do without — every grant wakes one particular thread — and
-/// nothing else, for scale (not a lock to use: a holder that dies stops it for good).
-pub struct FifoFloor(Arc<FloorMap>);
-
-const FLOOR_SLOTS: usize = 64;
-const FLOOR_STRIDE: usize = 64;
-
-struct FloorMap {
+/// A bare FIFO ticket lock (or, with more than one permit, a FIFO semaphore) over a waiting
+/// array of futex words in a shared file mapping: a ticket from one `fetch_add`; a release
+/// grants the next ticket that fits (one per release, in ticket order) by setting its slot's
+/// word; a waiter `FUTEX_WAIT`s at once (no spin), and a release calls `FUTEX_WAKE` only when
+/// the waiter set its word's sleep bit. No robustness, no timeouts, no leases: what a strictly
+/// fair lock whose waiters sleep cannot do without — every grant wakes one particular thread —
+/// and nothing else, for scale (not a lock to use: a holder that dies stops it for good).
+pub struct FloorLock {
     map: memmap2::MmapMut,
+    permits: u32,
 }
 
-impl FloorMap {
-    fn map(path: &Path) -> FloorMap {
+const FLOOR_SLOTS: u32 = 64;
+const FLOOR_STRIDE: usize = 64;
+
+impl FloorLock {
+    /// A fresh floor at `path` with `permits` holders at once.
+    pub fn create(path: &Path, permits: u32) -> FloorLock {
+        assert!((1..FLOOR_SLOTS).contains(&permits));
+        fresh(path);
+        let m = Self::attach(path, permits);
+        for t in 0..permits {
+            // Relaxed: before anyone else maps the file.
+            m.slot(t)
+                .store(t << 1, std::sync::atomic::Ordering::Relaxed);
+        }
+        m
+    }
+
+    /// The floor at `path`, made by [`FloorLock::create`].
+    pub fn attach(path: &Path, permits: u32) -> FloorLock {
         let f = open_rw(path);
-        f.set_len(((FLOOR_SLOTS + 1) * FLOOR_STRIDE) as u64)
+        f.set_len((2 + FLOOR_SLOTS as usize) as u64 * FLOOR_STRIDE as u64)
             .expect("floor size");
         // SAFETY: the file is only ever accessed through atomics in this mapping by the
         // harness's own processes; nobody truncates it while mapped (`set_len` above only
         // gives a new file its size).
         let map = unsafe { memmap2::MmapMut::map_mut(&f) }.expect("floor map");
-        FloorMap { map }
+        FloorLock { map, permits }
     }
 
-    /// Word 0: the next ticket; word `1 + k`: slot `k`, `ticket << 1 | sleep bit`.
-    fn word(&self, i: usize) -> &std::sync::atomic::AtomicU32 {
-        assert!(i <= FLOOR_SLOTS);
-        // SAFETY: in bounds (the file has FLOOR_SLOTS + 1 strides), aligned (page-aligned
+    /// Word 0: the next ticket; 1: the releases so far; `2 + k`: slot `k`, `ticket << 1 |
+    /// sleep bit`.
+    fn word(&self, i: u32) -> &std::sync::atomic::AtomicU32 {
+        assert!(i < 2 + FLOOR_SLOTS);
+        // SAFETY: in bounds (the file has 2 + FLOOR_SLOTS strides), aligned (page-aligned
         // mapping, 64-byte stride), accessed only atomically, and the mapping lives as long as
         // `self`.
         unsafe {
-            &*(self.map.as_ptr().add(i * FLOOR_STRIDE) as *const std::sync::atomic::AtomicU32)
+            &*(self.map.as_ptr().add(i as usize * FLOOR_STRIDE)
+                as *const std::sync::atomic::AtomicU32)
         }
     }
 
     fn slot(&self, t: u32) -> &std::sync::atomic::AtomicU32 {
-        self.word(1 + t as usize % FLOOR_SLOTS)
+        self.word(2 + t % FLOOR_SLOTS)
     }
-}
 
-impl Competitor for FifoFloor {
-    const NAME: &'static str = "FIFO futex floor";
-    const PROCESSES: bool = true;
-    fn create(path: &Path) -> Self {
-        fresh(path);
-        // A fresh file is zeroed: ticket 0's slot says "ticket 0", granted.
-        FifoFloor(Arc::new(FloorMap::map(path)))
-    }
-    fn attach(path: &Path) -> Self {
-        FifoFloor(Arc::new(FloorMap::map(path)))
-    }
-    fn handle(&self) -> Self {
-        FifoFloor(Arc::clone(&self.0))
-    }
-    #[inline]
-    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
-        use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-        let m = &self.0;
-        let t = m.word(0).fetch_add(1, Relaxed);
-        let slot = m.slot(t);
-        let mine = t << 1;
+    /// Waits for a grant; its ticket.
+    pub fn acquire(&self) -> u32 {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        let t = self.word(0).fetch_add(1, Relaxed);
+        let slot = self.slot(t);
         loop {
-            // Acquire: pairs with the Release swap of the previous holder's unlock.
+            // Acquire: pairs with the Release swap of the release that granted `t`.
             let v = slot.load(Acquire);
-            if v & !1 == mine {
-                break;
+            if v & !1 == t << 1 {
+                return t;
             }
             if v & 1 == 0 && slot.compare_exchange(v, v | 1, Relaxed, Relaxed).is_err() {
                 continue;
@@ -509,18 +508,49 @@ impl Competitor for FifoFloor {
                 );
             }
         }
-        let r = f(Acq {
-            token: Some(u64::from(t)),
-            ..Acq::default()
-        });
-        let next = m.slot(t.wrapping_add(1));
-        // Release: pairs with the Acquire load of the next ticket's waiter.
-        if next.swap(t.wrapping_add(1) << 1, Release) & 1 != 0 {
+    }
+
+    /// Gives a grant back: grants the ticket `permits` after the releases so far.
+    pub fn release(&self) {
+        use std::sync::atomic::Ordering::{Relaxed, Release};
+        let g = self
+            .word(1)
+            .fetch_add(1, Relaxed)
+            .wrapping_add(self.permits);
+        let next = self.slot(g);
+        // Release: pairs with the Acquire load of ticket `g`'s waiter.
+        if next.swap(g << 1, Release) & 1 != 0 {
             // SAFETY: FUTEX_WAKE on a live, aligned word; no memory is written.
             unsafe {
                 libc::syscall(libc::SYS_futex, next.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
             }
         }
+    }
+}
+
+/// [`FloorLock`] with one permit: the contended scenarios' `FIFO futex floor`.
+pub struct FifoFloor(Arc<FloorLock>);
+
+impl Competitor for FifoFloor {
+    const NAME: &'static str = "FIFO futex floor";
+    const PROCESSES: bool = true;
+    fn create(path: &Path) -> Self {
+        FifoFloor(Arc::new(FloorLock::create(path, 1)))
+    }
+    fn attach(path: &Path) -> Self {
+        FifoFloor(Arc::new(FloorLock::attach(path, 1)))
+    }
+    fn handle(&self) -> Self {
+        FifoFloor(Arc::clone(&self.0))
+    }
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Acq) -> R) -> R {
+        let t = self.0.acquire();
+        let r = f(Acq {
+            token: Some(u64::from(t)),
+            ..Acq::default()
+        });
+        self.0.release();
         r
     }
 }

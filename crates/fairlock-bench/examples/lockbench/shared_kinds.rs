@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use crate::Ctx;
+use crate::competitors::FloorLock;
 use crate::util::{Shm, busy_until, median, now_ns, ns, quantile, rate, ratio_table, table};
 
 /// Whether the peer named `slug` runs: `LOCKBENCH_KINDS` (see the contended scenario), when
@@ -527,96 +528,23 @@ impl SemPeer for PosixSem {
     }
 }
 
-/// The floor of a strictly FIFO semaphore whose waiters sleep: tickets from one `fetch_add`,
-/// a release grants the next ticket that fits (one per release, in ticket order) through a
-/// waiting array of futex words in a shared file mapping; `FUTEX_WAIT` at once, no spin, no
-/// robustness (as the contended scenario's `FIFO futex floor`).
-struct FloorSem(Arc<FloorSemMap>);
-
-const FLOOR_SEM_SLOTS: u32 = 64;
-
-struct FloorSemMap {
-    map: memmap2::MmapMut,
-    permits: u32,
-}
-
-impl FloorSemMap {
-    /// Word 0: the next ticket; 1: releases so far; `2 + k`: slot `k`, `ticket << 1 | sleep`.
-    fn word(&self, i: u32) -> &std::sync::atomic::AtomicU32 {
-        assert!(i < 2 + FLOOR_SEM_SLOTS);
-        // SAFETY: in bounds (the file has 2 + FLOOR_SEM_SLOTS lines of 64 bytes), aligned,
-        // accessed only atomically, and the mapping lives as long as `self`.
-        unsafe { &*(self.map.as_ptr().add(i as usize * 64) as *const std::sync::atomic::AtomicU32) }
-    }
-
-    fn slot(&self, t: u32) -> &std::sync::atomic::AtomicU32 {
-        self.word(2 + t % FLOOR_SEM_SLOTS)
-    }
-}
+/// The floor of a strictly FIFO semaphore whose waiters sleep (`competitors::FloorLock`: one
+/// grant per release, in ticket order, through a futex waiting array; no spin, no
+/// robustness), as the contended scenario's `FIFO futex floor`.
+struct FloorSem(Arc<FloorLock>);
 
 impl SemPeer for FloorSem {
     const NAME: &'static str = "FIFO futex floor";
     fn create(path: &Path, permits: u32) -> Self {
-        assert!(permits < FLOOR_SEM_SLOTS);
-        let _ = std::fs::remove_file(path);
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .expect("floor semaphore file");
-        f.set_len(u64::from(2 + FLOOR_SEM_SLOTS) * 64)
-            .expect("floor semaphore size");
-        // SAFETY: a new file of this run, accessed only through atomics in this mapping.
-        let map = unsafe { memmap2::MmapMut::map_mut(&f) }.expect("floor semaphore map");
-        let m = FloorSemMap { map, permits };
-        for t in 0..permits {
-            // Relaxed: before any thread is started.
-            m.slot(t)
-                .store(t << 1, std::sync::atomic::Ordering::Relaxed);
-        }
-        FloorSem(Arc::new(m))
+        FloorSem(Arc::new(FloorLock::create(path, permits)))
     }
     fn handle(&self) -> Self {
         FloorSem(Arc::clone(&self.0))
     }
     fn with(&self, f: &mut dyn FnMut()) -> Option<u64> {
-        use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-        let m = &self.0;
-        let t = m.word(0).fetch_add(1, Relaxed);
-        let slot = m.slot(t);
-        loop {
-            // Acquire: pairs with the Release swap of the release that granted `t`.
-            let v = slot.load(Acquire);
-            if v & !1 == t << 1 {
-                break;
-            }
-            if v & 1 == 0 && slot.compare_exchange(v, v | 1, Relaxed, Relaxed).is_err() {
-                continue;
-            }
-            // SAFETY: FUTEX_WAIT on a live, aligned word of a shared mapping.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    slot.as_ptr(),
-                    libc::FUTEX_WAIT,
-                    v | 1,
-                    std::ptr::null::<libc::timespec>(),
-                );
-            }
-        }
+        let t = self.0.acquire();
         f();
-        // Each release grants the next ticket: the one `permits` after the releases so far.
-        let g = m.word(1).fetch_add(1, Relaxed).wrapping_add(m.permits);
-        let next = m.slot(g);
-        // Release: pairs with the Acquire load of ticket `g`'s waiter.
-        if next.swap(g << 1, Release) & 1 != 0 {
-            // SAFETY: FUTEX_WAKE on a live, aligned word; no memory is written.
-            unsafe {
-                libc::syscall(libc::SYS_futex, next.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
-            }
-        }
+        self.0.release();
         Some(u64::from(t))
     }
 }
