@@ -27,6 +27,7 @@ use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
 
 use crate::errors;
 use crate::grants::Grants;
+use crate::handle::Handle;
 use crate::lock_object::duration;
 
 /// Where the grant of an asynchronous acquisition goes once it arrived: the lock object's own
@@ -164,6 +165,26 @@ pub(crate) fn acquire<'py>(
     py.import("fairlock._asyncio")?
         .getattr("acquired")?
         .call1((future, release))
+}
+
+/// `acquire_async(timeout)` of a lock object (`object`) whose grants are its handle's process
+/// grants, kept in `grants` and given back by the object's `release` method.
+///
+/// # Errors
+/// As [`acquire`].
+pub(crate) fn acquire_grant<'py>(
+    object: &Bound<'py, PyAny>,
+    handle: &Handle,
+    grants: &Arc<Grants>,
+    timeout: Option<f64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    acquire(
+        object.py(),
+        |t| handle.process_async(t),
+        grants.clone(),
+        object.getattr("release")?,
+        timeout,
+    )
 }
 
 /// Starts the asynchronous acquisition `acquire` on the running event loop; returns the

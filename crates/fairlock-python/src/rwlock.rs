@@ -201,26 +201,11 @@ impl RWLockSide {
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let me = slf.get();
-        let release = slf.getattr("release")?;
-        asynchronous::acquire(
-            slf.py(),
-            |t| me.handle.process_async(t),
-            me.grants.clone(),
-            release,
-            timeout,
-        )
+        asynchronous::acquire_grant(slf.as_any(), &me.handle, &me.grants, timeout)
     }
 
     fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let me = slf.get();
-        let release = slf.getattr("release")?;
-        asynchronous::acquire(
-            slf.py(),
-            |t| me.handle.process_async(t),
-            me.grants.clone(),
-            release,
-            None,
-        )
+        Self::acquire_async(slf, None)
     }
 
     #[pyo3(signature = (*_exc))]

@@ -277,11 +277,21 @@ impl Semaphore {
         slf: &Bound<'py, Self>,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        Self::start_async(slf, timeout)
+        let me = slf.get();
+        asynchronous::acquire(
+            slf.py(),
+            |t| match t {
+                Some(d) => me.sem.acquire_async_timeout(d),
+                None => me.sem.acquire_async(),
+            },
+            Arc::new(Permits(slf.clone().unbind())),
+            slf.getattr("release")?,
+            timeout,
+        )
     }
 
     fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        Self::start_async(slf, None)
+        Self::acquire_async(slf, None)
     }
 
     #[pyo3(signature = (*_exc))]
@@ -359,26 +369,6 @@ impl Drop for Semaphore {
 }
 
 impl Semaphore {
-    /// `acquire_async(timeout)` and `async with`: the library's asynchronous acquisition of a
-    /// permit, kept in this object's permits once it arrives.
-    fn start_async<'py>(
-        slf: &Bound<'py, Self>,
-        timeout: Option<f64>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let me = slf.get();
-        let release = slf.getattr("release")?;
-        asynchronous::acquire(
-            slf.py(),
-            |t| match t {
-                Some(d) => me.sem.acquire_async_timeout(d),
-                None => me.sem.acquire_async(),
-            },
-            Arc::new(Permits(slf.clone().unbind())),
-            release,
-            timeout,
-        )
-    }
-
     fn last(&self) -> Option<(u64, bool)> {
         *self.last_grant.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -486,6 +486,8 @@ impl FloorLock {
     /// Waits for a grant; its ticket.
     pub fn acquire(&self) -> u32 {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        // Relaxed: the ticket only orders the waiters; the grant's word carries the holders'
+        // writes (below).
         let t = self.word(0).fetch_add(1, Relaxed);
         let slot = self.slot(t);
         loop {
@@ -494,19 +496,11 @@ impl FloorLock {
             if v & !1 == t << 1 {
                 return t;
             }
+            // Relaxed: the sleep bit only tells the releaser to wake; the grant is read above.
             if v & 1 == 0 && slot.compare_exchange(v, v | 1, Relaxed, Relaxed).is_err() {
                 continue;
             }
-            // SAFETY: FUTEX_WAIT on a live, aligned word of a shared mapping.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    slot.as_ptr(),
-                    libc::FUTEX_WAIT,
-                    v | 1,
-                    std::ptr::null::<libc::timespec>(),
-                );
-            }
+            fairlock_bench::futex::wait(slot, v | 1, None);
         }
     }
 
@@ -520,10 +514,7 @@ impl FloorLock {
         let next = self.slot(g);
         // Release: pairs with the Acquire load of ticket `g`'s waiter.
         if next.swap(g << 1, Release) & 1 != 0 {
-            // SAFETY: FUTEX_WAKE on a live, aligned word; no memory is written.
-            unsafe {
-                libc::syscall(libc::SYS_futex, next.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
-            }
+            fairlock_bench::futex::wake(next, i32::MAX);
         }
     }
 }

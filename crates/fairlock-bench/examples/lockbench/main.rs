@@ -22,6 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Release};
 use std::time::Duration;
 
+use fairlock_bench::futex;
+
 use competitors::{
     Competitor, Fair, FairBounded, FairParked, FairR, FifoFloor, Flock, Ofd, PlMutex, Pthread,
     StdMutex,
@@ -833,8 +835,11 @@ struct FutexHandoff {
     waitv: bool,
 }
 
-fn futex_word(a: &AtomicU64) -> *const u32 {
-    a.as_ptr().cast::<u32>().cast_const()
+/// The low half of `a` (little-endian), the 32-bit word its futex calls name.
+fn futex_word(a: &AtomicU64) -> &AtomicU32 {
+    // SAFETY: the low 4 bytes of a live, 8-aligned AtomicU64, borrowed as long as `a`; the
+    // harness reads that half only through the kernel's futex calls.
+    unsafe { &*a.as_ptr().cast::<AtomicU32>() }
 }
 
 impl Handoff for FutexHandoff {
@@ -846,29 +851,14 @@ impl Handoff for FutexHandoff {
                 return now_ns();
             }
             if self.waitv {
-                waitv_two(futex_word(w), v as u32, futex_word(self.shm.at(1)));
-                continue;
-            }
-            let ts = libc::timespec {
-                tv_sec: (self.timeout_us / 1_000_000) as libc::time_t,
-                tv_nsec: ((self.timeout_us % 1_000_000) * 1000) as libc::c_long,
-            };
-            let ts_ptr = if self.timeout_us == 0 {
-                std::ptr::null::<libc::timespec>()
-            } else {
-                &ts as *const libc::timespec
-            };
-            // SAFETY: the address is the low half of a live, aligned AtomicU64 in a shared
-            // mapping; FUTEX_WAIT only reads it; `ts_ptr` is null or points to `ts`, alive for
-            // the call.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    futex_word(w),
-                    libc::FUTEX_WAIT,
-                    v as u32,
-                    ts_ptr,
+                futex::waitv(
+                    &[(futex_word(w), v as u32), (futex_word(self.shm.at(1)), 0)],
+                    Some(Duration::from_secs(10)),
                 );
+            } else {
+                let timeout =
+                    (self.timeout_us != 0).then(|| Duration::from_micros(self.timeout_us));
+                futex::wait(futex_word(w), v as u32, timeout);
             }
         }
     }
@@ -877,57 +867,8 @@ impl Handoff for FutexHandoff {
         let w = self.shm.at(0);
         let t0 = now_ns();
         w.store(i + 1, Release);
-        // SAFETY: as in `wait`; FUTEX_WAKE only uses the address as a key.
-        unsafe { libc::syscall(libc::SYS_futex, futex_word(w), libc::FUTEX_WAKE, 1i32) };
+        futex::wake(futex_word(w), 1);
         t0
-    }
-}
-
-/// `futex_waitv` on `a` (expecting `va`) and `b` (expecting 0), until 10 s from now.
-fn waitv_two(a: *const u32, va: u32, b: *const u32) {
-    #[repr(C)]
-    struct WaitV {
-        val: u64,
-        uaddr: u64,
-        flags: u32,
-        reserved: u32,
-    }
-    const FUTEX2_SIZE_U32: u32 = 0x02;
-    let v = [
-        WaitV {
-            val: u64::from(va),
-            uaddr: a as u64,
-            flags: FUTEX2_SIZE_U32,
-            reserved: 0,
-        },
-        WaitV {
-            val: 0,
-            uaddr: b as u64,
-            flags: FUTEX2_SIZE_U32,
-            reserved: 0,
-        },
-    ];
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the current time into `now`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    let until = libc::timespec {
-        tv_sec: now.tv_sec + 10,
-        tv_nsec: now.tv_nsec,
-    };
-    // SAFETY: `v` is an array of two `struct futex_waitv` naming live, aligned words of a
-    // shared mapping, which the call only reads; `until` lives for the call.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex_waitv,
-            v.as_ptr(),
-            2u32,
-            0u32,
-            &until as *const libc::timespec,
-            libc::CLOCK_MONOTONIC,
-        );
     }
 }
 
@@ -1024,23 +965,13 @@ fn futex_wait_for(s: &Shm, want: u64) {
         if v == want {
             return;
         }
-        // SAFETY: as in `FutexHandoff::wait`.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                futex_word(s.at(0)),
-                libc::FUTEX_WAIT,
-                v as u32,
-                std::ptr::null::<libc::timespec>(),
-            );
-        }
+        futex::wait(futex_word(s.at(0)), v as u32, None);
     }
 }
 
 fn futex_set(s: &Shm, v: u64) {
     s.at(0).store(v, Release);
-    // SAFETY: as in `FutexHandoff::release`.
-    unsafe { libc::syscall(libc::SYS_futex, futex_word(s.at(0)), libc::FUTEX_WAKE, 1i32) };
+    futex::wake(futex_word(s.at(0)), 1);
 }
 
 /// Tight futex ping-pong between two threads: round-trip time / 2.

@@ -150,7 +150,7 @@ fn thread_ring(words: &Arc<Words>, n: usize) -> f64 {
                 for _ in 0..laps {
                     // Acquire: pairs with the Release store of `Words::give`.
                     while turn.load(Ordering::Acquire) == 0 {
-                        words::futex_wait(turn, 0);
+                        fairlock_bench::futex::wait(turn, 0, None);
                     }
                     turn.store(0, Ordering::Relaxed);
                     words.give((i + 1) % n);

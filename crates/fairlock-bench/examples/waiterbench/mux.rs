@@ -3,10 +3,12 @@
 //! words), and each time it wakes, looks at every word, fires the waits that are over, and
 //! goes back to sleep on the rest. A new wait is handed to it through a list and its bell.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::words::{Design, Signal, WaitV, Words, futex_waitv, futex_wake};
+use fairlock_bench::futex;
+
+use crate::words::{Design, Signal, Words};
 
 struct Shared {
     words: Arc<Words>,
@@ -21,7 +23,10 @@ pub struct Mux {
 
 impl Mux {
     pub fn new(words: Arc<Words>) -> Mux {
-        assert!(words.len() < 128, "futex_waitv takes 128 words");
+        assert!(
+            words.len() < futex::WAITV_MAX,
+            "futex_waitv takes 128 words"
+        );
         let shared = Arc::new(Shared {
             words,
             new: Mutex::new(Vec::new()),
@@ -40,16 +45,17 @@ impl Mux {
         // Release: pairs with the Acquire load at the top of the multiplexer's loop (what
         // was pushed before the ring is seen once the new bell value is).
         bell.fetch_add(1, Ordering::Release);
-        futex_wake(bell);
+        futex::wake(bell, 1);
     }
 }
 
 fn serve(shared: &Shared) {
     let words = &shared.words;
     let mut active: Vec<(usize, Arc<Signal>)> = Vec::new();
-    let mut waitv: Vec<WaitV> = Vec::with_capacity(128);
+    let mut waitv: Vec<(&AtomicU32, u32)> = Vec::with_capacity(futex::WAITV_MAX);
     loop {
         let bell = words.mux_bell().load(Ordering::Acquire);
+        // Acquire: pairs with the Release store of `Drop`.
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
@@ -64,16 +70,17 @@ fn serve(shared: &Shared) {
             }
         });
         waitv.clear();
-        waitv.push(WaitV::new(words.mux_bell(), bell));
+        waitv.push((words.mux_bell(), bell));
         for (i, _) in &active {
-            waitv.push(WaitV::new(words.turn(*i), 0));
+            waitv.push((words.turn(*i), 0));
         }
-        futex_waitv(&waitv);
+        futex::waitv(&waitv, None);
     }
 }
 
 impl Drop for Mux {
     fn drop(&mut self) {
+        // Release: pairs with the Acquire load at the top of the multiplexer's loop.
         self.shared.stop.store(true, Ordering::Release);
         self.ring();
         if let Some(t) = self.thread.take() {

@@ -5,7 +5,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use crate::words::{Design, Signal, WaitV, Words, futex_waitv};
+use fairlock_bench::futex;
+
+use crate::words::{Design, Signal, Words};
 
 struct Slot {
     job: Mutex<Option<Arc<Signal>>>,
@@ -38,7 +40,7 @@ impl Pool {
                             let bell = words.bell(i);
                             // Acquire: pairs with the Release store of `Words::give`.
                             while turn.load(Ordering::Acquire) == 0 {
-                                futex_waitv(&[WaitV::new(turn, 0), WaitV::new(bell, 0)]);
+                                futex::waitv(&[(turn, 0), (bell, 0)], None);
                             }
                             signal.fire();
                         }

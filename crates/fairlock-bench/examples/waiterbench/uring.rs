@@ -102,6 +102,7 @@ impl Shared {
                 }
             }
             if rung {
+                // Acquire: pairs with the Release store of `Uring::stop`.
                 if self.stop.load(Ordering::Acquire) {
                     return;
                 }
@@ -233,6 +234,7 @@ impl Uring {
     /// Stops the reaper (a request that completes at once, with `STOP`).
     pub async fn stop(mut self) {
         if self.reaper == Reaper::ThreadSubmits {
+            // Release: pairs with the Acquire load of `submit_and_reap`.
             self.shared.stop.store(true, Ordering::Release);
             self.ring_bell();
         } else {
@@ -252,7 +254,7 @@ impl Uring {
         let bell = self.shared.words.mux_bell();
         // Release: pairs with the Acquire load of `Shared::submit_and_reap`.
         bell.fetch_add(1, Ordering::Release);
-        crate::words::futex_wake(bell);
+        fairlock_bench::futex::wake(bell, 1);
     }
 }
 

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
+use fairlock_bench::futex;
+
 const STRIDE: usize = 64;
 
 /// `n` turn words, then `n` bells (one per waiter: rung by nothing in this bench, but waited
@@ -65,64 +67,7 @@ impl Words {
         let w = self.turn(i);
         // Release: pairs with the Acquire load of the waiter that sees its turn.
         w.store(1, Ordering::Release);
-        futex_wake(w);
-    }
-}
-
-pub fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a live, aligned word; no memory is written.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1);
-    }
-}
-
-pub fn futex_wait(word: &AtomicU32, expected: u32) {
-    // SAFETY: FUTEX_WAIT on a live, aligned word, no timeout.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            std::ptr::null::<libc::timespec>(),
-        );
-    }
-}
-
-/// `struct futex_waitv` (linux/futex.h).
-#[repr(C)]
-pub struct WaitV {
-    val: u64,
-    uaddr: u64,
-    flags: u32,
-    reserved: u32,
-}
-
-const FUTEX2_SIZE_U32: u32 = 0x02;
-
-impl WaitV {
-    pub fn new(word: &AtomicU32, expected: u32) -> WaitV {
-        WaitV {
-            val: expected as u64,
-            uaddr: word.as_ptr() as u64,
-            flags: FUTEX2_SIZE_U32,
-            reserved: 0,
-        }
-    }
-}
-
-/// `futex_waitv(2)` with no timeout: returns when a word was woken or differed.
-pub fn futex_waitv(v: &[WaitV]) {
-    // SAFETY: `v` is a live array of `struct futex_waitv` whose addresses are live words.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex_waitv,
-            v.as_ptr(),
-            v.len() as libc::c_uint,
-            0,
-            std::ptr::null::<libc::timespec>(),
-            libc::CLOCK_MONOTONIC,
-        );
+        futex::wake(w, 1);
     }
 }
 
